@@ -1,0 +1,1 @@
+"""tuneloop alerts component."""

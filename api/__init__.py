@@ -1,0 +1,1 @@
+"""tuneloop api component."""

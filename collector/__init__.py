@@ -1,0 +1,1 @@
+"""tuneloop collector component."""

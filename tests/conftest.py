@@ -1,0 +1,96 @@
+"""Shared fixtures: every storage-touching test runs on real SQLite and real PostgreSQL.
+
+PostgreSQL and Redis are required services. A test that cannot reach one fails with the reason;
+it never skips (start them with ``.ci/ensure-services``).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+
+from tuneloop.storage import make_engine
+from tuneloop.storage.models import metadata
+
+POSTGRES_URL = os.environ.get(
+    "TUNELOOP_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+REDIS_URL = os.environ.get("TUNELOOP_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+BACKENDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url() -> Iterator[str]:
+    """A database of its own for this test session on the PostgreSQL server, dropped after."""
+    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    name = f"tuneloop_test_{uuid.uuid4().hex[:10]}"
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:  # pragma: no cover - the reason is the point
+        pytest.fail(f"PostgreSQL is required at {POSTGRES_URL} and did not answer: {exc}")
+    url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    yield url
+    with admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def reset_postgres(url: str) -> None:
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(text("DROP SCHEMA public CASCADE"))
+        connection.execute(text("CREATE SCHEMA public"))
+    engine.dispose()
+
+
+@pytest.fixture
+def empty_database_url(
+    request: pytest.FixtureRequest, tmp_path: Path, postgres_server_url: str
+) -> str:
+    """An empty database URL of the backend named by ``request.param`` (``sqlite``/``postgresql``)."""
+    backend = getattr(request, "param", "sqlite")
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'tuneloop.db'}"
+    reset_postgres(postgres_server_url)
+    return postgres_server_url
+
+
+@pytest.fixture(params=BACKENDS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database on each backend in turn."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'tuneloop.db'}"
+    url: str = request.getfixturevalue("postgres_server_url")
+    reset_postgres(url)
+    return url
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    """An engine on each backend in turn, with the schema created from the models."""
+    engine = make_engine(database_url)
+    metadata.create_all(engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def redis_url() -> str:
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.fail(f"Redis is required at {REDIS_URL} and did not answer: {exc}")
+    finally:
+        client.close()
+    return REDIS_URL

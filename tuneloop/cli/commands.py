@@ -1,0 +1,1 @@
+"""Imports every command module so each registers itself on the app."""

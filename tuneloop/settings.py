@@ -1,0 +1,106 @@
+"""One settings object for every tuneloop process.
+
+Values come from ``TUNELOOP_*`` environment variables and CLI flags (flags win), are validated
+once at start-up, and are then read through :func:`get_settings`.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "TUNELOOP_"
+
+
+def default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("tuneloop", appauthor=False))
+
+
+class SettingsError(Exception):
+    """Invalid configuration; ``str()`` is one line naming the setting and the reason."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    data_dir: Path = Field(default_factory=default_data_dir)
+    database_url: str = ""
+    """SQLAlchemy URL. Empty means a SQLite file ``tuneloop.db`` in ``data_dir``."""
+    redis_url: str | None = None
+    """Celery broker and result backend. Unset: tasks run in-process."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    log_level: str = "info"
+
+    max_series_per_project: int = Field(default=200_000, ge=1)
+    retention_days: int = Field(default=30, ge=1)
+    """Raw samples older than this are dropped (whole partitions on PostgreSQL)."""
+    rollup_retention_days: int = Field(default=400, ge=1)
+    partition_days: int = Field(default=1, ge=1, le=31)
+    """Width of one PostgreSQL samples partition."""
+    maintenance_interval_s: float = Field(default=60.0, gt=0)
+    """How often rollups and retention run."""
+
+    default_project: str = "default"
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str) -> str:
+        if value and not value.startswith(("sqlite", "postgresql")):
+            raise ValueError("must be a sqlite:// or postgresql:// URL")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _check_log_level(cls, value: str) -> str:
+        allowed = {"critical", "error", "warning", "info", "debug"}
+        if value.lower() not in allowed:
+            raise ValueError(f"must be one of {', '.join(sorted(allowed))}")
+        return value.lower()
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The URL actually used: psycopg 3 driver on PostgreSQL, a file in data_dir by default."""
+        url = self.database_url or f"sqlite:///{self.data_dir / 'tuneloop.db'}"
+        if url.startswith("postgresql://") or url.startswith("postgres://"):
+            url = "postgresql+psycopg://" + url.split("://", 1)[1]
+        return url
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings from the environment plus ``overrides`` (CLI flags; ``None`` is ignored).
+
+    Raises :class:`SettingsError` with one line per invalid setting.
+    """
+    given = {key: value for key, value in overrides.items() if value is not None}
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        lines = []
+        for error in exc.errors():
+            name = ".".join(str(part) for part in error["loc"]) or "settings"
+            source = "--" + name.replace("_", "-") if name in given else ENV_PREFIX + name.upper()
+            lines.append(f"invalid setting {source}: {error['msg']}")
+        raise SettingsError("; ".join(lines)) from None
+
+
+_current: Settings | None = None
+
+
+def configure(settings: Settings) -> Settings:
+    """Install ``settings`` as the process-wide settings (called once by each entry point)."""
+    global _current
+    _current = settings
+    get_settings.cache_clear()
+    return settings
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return _current if _current is not None else load_settings()

@@ -1,0 +1,291 @@
+"""Tables of the one tuneloop store, identical on PostgreSQL and SQLite.
+
+Control-plane state is ORM-mapped (``Mapped[...]``). Time-series tables are Core tables: they are
+written in bulk with ``COPY``/``executemany`` and read with aggregate queries, never row by row.
+Any change here needs a migration in ``migrations/versions`` (a test checks they agree).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from tuneloop.storage.types import BigIntPK, LabelsJSON, UTCDateTime, utcnow
+
+# Stable constraint names so migrations can refer to them on every backend.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: LabelsJSON}
+
+
+metadata = Base.metadata
+
+
+# --------------------------------------------------------------------------- control plane
+
+
+class Project(Base):
+    __tablename__ = "projects"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    max_series: Mapped[int | None] = mapped_column(Integer, default=None)
+    """Per-project override of the series cap; ``None`` uses the global setting."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiToken(Base):
+    """A bearer token. Only its SHA-256 is stored; the secret is shown once at creation."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[int | None] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), index=True
+    )
+    """``None`` only for admin tokens, which are not bound to one project."""
+    name: Mapped[str] = mapped_column(String(100))
+    role: Mapped[str] = mapped_column(String(20))
+    """``admin``, ``member`` (a person) or ``agent`` (a job agent or collector)."""
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    """First characters of the secret, safe to show in listings."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    last_used_at: Mapped[datetime | None] = mapped_column(default=None)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+    project: Mapped[Project | None] = relationship()
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (UniqueConstraint("project_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(20), default="training")
+    """``training`` or ``inference``."""
+    labels: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    status: Mapped[str] = mapped_column(String(20), default="pending")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class JobConfig(Base):
+    """One version of a job's desired config (written by tuner, API or a person) or of the
+    config its agent reports running (observed). Versions only grow; rows are never updated."""
+
+    __tablename__ = "job_configs"
+    __table_args__ = (UniqueConstraint("job_id", "kind", "version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(10))
+    """``desired`` or ``observed``."""
+    version: Mapped[int] = mapped_column(Integer)
+    config: Mapped[dict[str, Any]] = mapped_column()
+    source: Mapped[str] = mapped_column(String(50), default="api")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Study(Base):
+    __tablename__ = "studies"
+    __table_args__ = (UniqueConstraint("job_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200))
+    objective: Mapped[str] = mapped_column(String(50))
+    direction: Mapped[str] = mapped_column(String(10), default="maximize")
+    strategy: Mapped[str] = mapped_column(String(50))
+    space: Mapped[dict[str, Any]] = mapped_column()
+    state: Mapped[str] = mapped_column(String(20), default="running")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Trial(Base):
+    __tablename__ = "trials"
+    __table_args__ = (UniqueConstraint("study_id", "number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    params: Mapped[dict[str, Any]] = mapped_column()
+    state: Mapped[str] = mapped_column(String(20), default="running")
+    """``running``, ``complete``, ``failed`` or ``infeasible``."""
+    value: Mapped[float | None] = mapped_column(Float, default=None)
+    measurements: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    completed_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class AuditEntry(Base):
+    """Every action tuneloop or a person took, with the evidence behind it."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_project_created", "project_id", "created_at"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True)
+    project_id: Mapped[int | None] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE")
+    )
+    actor: Mapped[str] = mapped_column(String(100))
+    action: Mapped[str] = mapped_column(String(100))
+    target: Mapped[str] = mapped_column(String(200), default="")
+    details: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class AlertRule(Base):
+    __tablename__ = "alert_rules"
+    __table_args__ = (UniqueConstraint("project_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(20))
+    """``threshold``, ``rate``, ``absent`` or ``regression``."""
+    spec: Mapped[dict[str, Any]] = mapped_column()
+    """Query (metric, matchers, aggregation, window) and comparison."""
+    for_s: Mapped[float] = mapped_column(Float, default=0.0)
+    severity: Mapped[str] = mapped_column(String(20), default="warning")
+    labels: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    annotations: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class AlertInstance(Base):
+    """One label set of one rule, with its state kept so a restart neither drops nor repeats."""
+
+    __tablename__ = "alert_instances"
+    __table_args__ = (UniqueConstraint("rule_id", "fingerprint"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rule_id: Mapped[int] = mapped_column(ForeignKey("alert_rules.id", ondelete="CASCADE"))
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    labels: Mapped[dict[str, Any]] = mapped_column()
+    state: Mapped[str] = mapped_column(String(20), default="inactive")
+    """``inactive``, ``pending``, ``firing`` or ``resolved``."""
+    value: Mapped[float | None] = mapped_column(Float, default=None)
+    active_at: Mapped[datetime | None] = mapped_column(default=None)
+    fired_at: Mapped[datetime | None] = mapped_column(default=None)
+    resolved_at: Mapped[datetime | None] = mapped_column(default=None)
+    last_eval_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class Notification(Base):
+    __tablename__ = "notifications"
+    __table_args__ = (Index("ix_notifications_status_created", "status", "created_at"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True)
+    instance_id: Mapped[int] = mapped_column(
+        ForeignKey("alert_instances.id", ondelete="CASCADE"), index=True
+    )
+    receiver: Mapped[str] = mapped_column(String(100))
+    event: Mapped[str] = mapped_column(String(10))
+    """``firing`` or ``resolved``."""
+    status: Mapped[str] = mapped_column(String(10), default="pending")
+    """``pending``, ``sent`` or ``failed``."""
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    sent_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+# --------------------------------------------------------------------------- time series
+
+
+class Series(Base):
+    """One metric name + label set of one project. ``fingerprint`` is a hash of both."""
+
+    __tablename__ = "series"
+    __table_args__ = (
+        UniqueConstraint("project_id", "fingerprint"),
+        Index("ix_series_project_metric", "project_id", "metric"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    metric: Mapped[str] = mapped_column(String(200))
+    labels: Mapped[dict[str, Any]] = mapped_column()
+    fingerprint: Mapped[str] = mapped_column(String(32))
+    kind: Mapped[str] = mapped_column(String(20), default="gauge")
+    """``gauge`` or ``counter`` (rates are computed at query time, reset-aware)."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+# Raw samples. On PostgreSQL a range-partitioned table (one partition per `partition_days`),
+# so retention is DROP of whole partitions. No foreign key: COPY would pay a trigger per row;
+# the store deletes a series' samples itself. The (series_id, ts) index serves both
+# "range of one series" and "latest per series".
+samples = Table(
+    "samples",
+    metadata,
+    Column("series_id", BigInteger, nullable=False),
+    Column("ts", UTCDateTime(), nullable=False),
+    Column("value", Float(precision=53), nullable=False),
+    Index("ix_samples_series_ts", "series_id", "ts"),
+    postgresql_partition_by="RANGE (ts)",
+)
+
+
+def _rollup_table(name: str) -> Table:
+    """Downsampled samples: one row per series and bucket, enough to derive avg/min/max/sum/
+    last/count over any coarser step without reading raw samples."""
+    return Table(
+        name,
+        metadata,
+        Column("series_id", BigInteger, primary_key=True),
+        Column("bucket", UTCDateTime(), primary_key=True),
+        Column("count", Integer, nullable=False),
+        Column("sum", Float(precision=53), nullable=False),
+        Column("min", Float(precision=53), nullable=False),
+        Column("max", Float(precision=53), nullable=False),
+        Column("last", Float(precision=53), nullable=False),
+        Column("last_ts", UTCDateTime(), nullable=False),
+    )
+
+
+samples_1m = _rollup_table("samples_1m")
+samples_1h = _rollup_table("samples_1h")
+
+ROLLUP_TABLES: dict[int, Table] = {60: samples_1m, 3600: samples_1h}
+"""Rollup tables by bucket width in seconds."""
+
+
+class RollupState(Base):
+    """How far each rollup has been computed, so a restart repeats no work."""
+
+    __tablename__ = "rollup_state"
+
+    resolution_s: Mapped[int] = mapped_column(Integer, primary_key=True)
+    watermark: Mapped[datetime] = mapped_column()

@@ -1,0 +1,1 @@
+"""tuneloop tuner component."""
