@@ -55,7 +55,7 @@ def reset_postgres(url: str) -> None:
 def empty_database_url(
     request: pytest.FixtureRequest, tmp_path: Path, postgres_server_url: str
 ) -> str:
-    """An empty database URL of the backend named by ``request.param`` (``sqlite``/``postgresql``)."""
+    """An empty database of the backend named by ``request.param`` (default ``sqlite``)."""
     backend = getattr(request, "param", "sqlite")
     if backend == "sqlite":
         return f"sqlite:///{tmp_path / 'tuneloop.db'}"

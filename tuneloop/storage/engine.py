@@ -100,7 +100,8 @@ def check_database(engine: Engine) -> None:
         with engine.connect() as connection:
             connection.execute(text("SELECT 1"))
     except SQLAlchemyError as exc:
-        reason = str(exc.orig if getattr(exc, "orig", None) is not None else exc)
+        orig = getattr(exc, "orig", None)
+        reason = str(orig if orig is not None else exc)
         first_line = reason.strip().splitlines()[0] if reason.strip() else type(exc).__name__
         raise DatabaseUnavailable(
             f"cannot reach the database at {engine.url.render_as_string(hide_password=True)}: "

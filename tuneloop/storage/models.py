@@ -8,7 +8,7 @@ Any change here needs a migration in ``migrations/versions`` (a test checks they
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     BigInteger,
@@ -40,7 +40,10 @@ NAMING_CONVENTION = {
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: LabelsJSON}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UTCDateTime(),
+        dict[str, Any]: LabelsJSON,
+    }
 
 
 metadata = Base.metadata
@@ -153,9 +156,7 @@ class AuditEntry(Base):
     __table_args__ = (Index("ix_audit_log_project_created", "project_id", "created_at"),)
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True)
-    project_id: Mapped[int | None] = mapped_column(
-        ForeignKey("projects.id", ondelete="CASCADE")
-    )
+    project_id: Mapped[int | None] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
     actor: Mapped[str] = mapped_column(String(100))
     action: Mapped[str] = mapped_column(String(100))
     target: Mapped[str] = mapped_column(String(200), default="")
