@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     maintenance_interval_s: float = Field(default=60.0, gt=0)
     """How often rollups and retention run."""
 
+    collect_interval_s: float = Field(default=15.0, gt=0)
+    """How often the host collector polls."""
+
     default_project: str = "default"
 
     @field_validator("database_url")

@@ -1,0 +1,1 @@
+"""Where the pipeline delivers batches."""

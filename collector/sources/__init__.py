@@ -1,0 +1,1 @@
+"""Metric sources. Every source follows :class:`collector.sources.base.Source`."""
