@@ -1,0 +1,435 @@
+"""Read side of the time-series store: series lookup, range queries and latest values.
+
+Every aggregation runs in SQL, on PostgreSQL and SQLite alike. A range query reads the rollup
+tables for the part of the range they cover completely (up to their watermark) and raw samples
+for the rest, and merges the partial aggregates of both in one ``GROUP BY``, so the answer does
+not depend on which source served which minute.
+
+Regular expressions follow Python's ``re`` syntax on SQLite and POSIX ARE on PostgreSQL; the
+common subset (classes, alternation, repetition, groups) behaves the same. Both are fully
+anchored, as PromQL matchers are.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    Connection,
+    Engine,
+    Float,
+    Row,
+    Select,
+    Subquery,
+    Table,
+    func,
+    literal_column,
+    not_,
+    select,
+    true,
+    union_all,
+)
+from sqlalchemy.exc import DBAPIError
+
+from tuneloop.storage.models import ROLLUP_TABLES, Series, samples
+from tuneloop.storage.timeseries.rollups import (
+    ceil_time,
+    floor_time,
+    merge,
+    partial_rows,
+    read_watermarks,
+    time_bucket,
+)
+from tuneloop.storage.timeseries.types import (
+    Aggregation,
+    LatestSample,
+    Matcher,
+    MatchOp,
+    RangeSeries,
+    SeriesInfo,
+    SeriesKind,
+)
+from tuneloop.storage.types import to_micros
+
+MAX_POINTS_PER_SERIES = 11_000
+"""Prometheus' limit: more points than a screen has pixels is a mistake, not a query."""
+
+METRIC_LABEL = "__name__"
+"""Matcher name that matches the metric name instead of a label, as in PromQL."""
+
+Bind = Engine | Connection
+
+_series = cast(Table, Series.__table__)
+_INVALID_REGEX_SQLSTATE = "2201B"
+
+# Partial fields each aggregation needs from raw samples and rollup rows alike.
+_NEEDED: dict[Aggregation, tuple[str, ...]] = {
+    Aggregation.AVG: ("sum", "count"),
+    Aggregation.MIN: ("min",),
+    Aggregation.MAX: ("max",),
+    Aggregation.SUM: ("sum",),
+    Aggregation.COUNT: ("count",),
+    Aggregation.LAST: ("last", "last_ts"),
+}
+
+
+# --------------------------------------------------------------------------- series
+
+
+def find_series(
+    bind: Bind, project_id: int, metric: str | None, matchers: Sequence[Matcher] = ()
+) -> list[SeriesInfo]:
+    """Series of ``project_id`` named ``metric`` (any name if ``None``) whose labels satisfy
+    every matcher. Ordered by metric, then id."""
+    with _connection(bind) as connection:
+        conditions = series_conditions(connection.dialect.name, project_id, metric, matchers)
+        statement = (
+            select(_series.c.id, _series.c.metric, _series.c.labels, _series.c.kind)
+            .where(*conditions)
+            .order_by(_series.c.metric, _series.c.id)
+        )
+        with _regex_errors():
+            rows = connection.execute(statement).all()
+    return [_series_info(row) for row in rows]
+
+
+def series_conditions(
+    dialect: str, project_id: int, metric: str | None, matchers: Sequence[Matcher]
+) -> list[ColumnElement[bool]]:
+    """WHERE conditions on ``series`` for a selector. Every value and label name is bound."""
+    conditions: list[ColumnElement[bool]] = [_series.c.project_id == project_id]
+    if metric is not None:
+        conditions.append(_series.c.metric == metric)
+    conditions.extend(_matcher_condition(dialect, matcher) for matcher in matchers)
+    return conditions
+
+
+def _matcher_condition(dialect: str, matcher: Matcher) -> ColumnElement[bool]:
+    value = _label_value(dialect, matcher.name)
+    op = MatchOp(matcher.op)
+    if op is MatchOp.EQ:
+        return value == matcher.value
+    if op is MatchOp.NE:
+        return value != matcher.value
+    matches = _regex_match(dialect, value, matcher)
+    return matches if op is MatchOp.RE else not_(matches)
+
+
+def _label_value(dialect: str, name: str) -> ColumnElement[str]:
+    if name == METRIC_LABEL:
+        return cast(ColumnElement[str], _series.c.metric)
+    if not name:
+        raise ValueError("a matcher needs a label name")
+    if dialect == "sqlite" and '"' in name:
+        # SQLite's JSON path $."name" cannot escape a quote: look the key up in json_each.
+        pairs = func.json_each(_series.c.labels).table_valued("key", "value")
+        value: ColumnElement[Any] = (
+            select(pairs.c.value).where(pairs.c.key == name).scalar_subquery()
+        )
+    else:
+        value = _series.c.labels[name].as_string()
+    # A missing label matches as the empty string, as in PromQL.
+    return func.coalesce(value, "")
+
+
+def _regex_match(dialect: str, value: ColumnElement[str], matcher: Matcher) -> ColumnElement[bool]:
+    try:
+        re.compile(matcher.value)
+    except re.error as exc:
+        raise ValueError(
+            f"invalid regular expression {matcher.value!r} for label {matcher.name!r}: {exc}"
+        ) from None
+    if dialect == "postgresql":
+        return value.regexp_match(f"^(?:{matcher.value})$")
+    # The engine registers regexp(pattern, value) with re.fullmatch: already anchored.
+    return func.regexp(matcher.value, value, type_=Boolean())
+
+
+@contextmanager
+def _regex_errors() -> Iterator[None]:
+    # A pattern Python accepts can still be one PostgreSQL's ARE engine rejects.
+    try:
+        yield
+    except DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) == _INVALID_REGEX_SQLSTATE:
+            raise ValueError(f"invalid regular expression for PostgreSQL: {exc.orig}") from None
+        raise
+
+
+def _series_info(row: Row[*tuple[Any, ...]]) -> SeriesInfo:
+    return SeriesInfo(
+        id=row.id, metric=row.metric, labels=dict(row.labels), kind=SeriesKind(row.kind)
+    )
+
+
+@contextmanager
+def _connection(bind: Bind) -> Iterator[Connection]:
+    if isinstance(bind, Connection):
+        yield bind
+    else:
+        with bind.connect() as connection:
+            yield connection
+
+
+# --------------------------------------------------------------------------- range queries
+
+
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    """A part of the query range served by one source."""
+
+    width_s: int | None
+    """Rollup bucket width in seconds; ``None`` for raw samples."""
+    start: datetime
+    end: datetime
+
+
+def query_range(
+    bind: Bind,
+    project_id: int,
+    metric: str | None,
+    matchers: Sequence[Matcher] = (),
+    *,
+    start: datetime,
+    end: datetime,
+    step_s: int,
+    aggregation: Aggregation,
+    q: float | None = None,
+    use_rollups: bool = True,
+) -> list[RangeSeries]:
+    """Samples in ``[start, end)`` of each matching series, aggregated into buckets of
+    ``step_s`` seconds aligned to epoch multiples of ``step_s`` (the first bucket may start
+    before ``start``; it aggregates only samples from ``start`` on). Series without samples in
+    the range are left out; points are sorted by bucket start."""
+    aggregation = Aggregation(aggregation)
+    _check_range(start, end, step_s, aggregation, q)
+    with _connection(bind) as connection:
+        dialect = connection.dialect.name
+        found = {info.id: info for info in find_series(connection, project_id, metric, matchers)}
+        if not found:
+            return []
+        ids = select(_series.c.id).where(*series_conditions(dialect, project_id, metric, matchers))
+        if aggregation is Aggregation.QUANTILE:
+            assert q is not None
+            statement = _quantile_statement(dialect, ids, start, end, step_s, q)
+        else:
+            tiers = _tiers(connection, step_s) if use_rollups else []
+            segments = _plan(start, end, tiers)
+            statement = _merged_statement(dialect, ids, segments, step_s, aggregation)
+        with _regex_errors():
+            rows = connection.execute(statement).all()
+    return _range_series(found, rows)
+
+
+def _check_range(
+    start: datetime, end: datetime, step_s: int, aggregation: Aggregation, q: float | None
+) -> None:
+    _check_aware(start, end)
+    if end <= start:
+        raise ValueError(f"end {end.isoformat()} must be after start {start.isoformat()}")
+    if step_s <= 0:
+        raise ValueError(f"step_s must be a positive number of seconds, got {step_s}")
+    if aggregation is Aggregation.QUANTILE:
+        if q is None or not 0.0 <= q <= 1.0:
+            raise ValueError(f"quantile needs q in [0, 1], got {q}")
+    elif q is not None:
+        raise ValueError(f"q is only meaningful for quantile, not {aggregation.value}")
+    step_us = step_s * 1_000_000
+    points = (to_micros(end) - 1) // step_us - to_micros(start) // step_us + 1
+    if points > MAX_POINTS_PER_SERIES:
+        raise ValueError(
+            f"the range and step give {points} points per series, more than "
+            f"{MAX_POINTS_PER_SERIES}; use a larger step or a shorter range"
+        )
+
+
+def _check_aware(*values: datetime) -> None:
+    if any(value.tzinfo is None for value in values):
+        raise ValueError("naive datetime: tuneloop timestamps must be timezone-aware")
+
+
+def _tiers(connection: Connection, step_s: int) -> list[tuple[int, datetime]]:
+    """Rollups that can serve ``step_s`` (its width divides the step), coarsest first, with
+    their watermarks."""
+    watermarks = read_watermarks(connection)
+    return [
+        (width, watermarks[width])
+        for width in sorted(ROLLUP_TABLES, reverse=True)
+        if step_s % width == 0 and width in watermarks
+    ]
+
+
+def _plan(start: datetime, end: datetime, tiers: list[tuple[int, datetime]]) -> list[_Segment]:
+    """Cover ``[start, end)`` with whole rollup buckets where the coarsest complete rollup has
+    them, finer rollups at its edges, and raw samples for what is left."""
+    if start >= end:
+        return []
+    if not tiers:
+        return [_Segment(None, start, end)]
+    (width, watermark), finer = tiers[0], tiers[1:]
+    low, high = ceil_time(start, width), min(floor_time(end, width), watermark)
+    if high <= low:
+        return _plan(start, end, finer)
+    return [*_plan(start, low, finer), _Segment(width, low, high), *_plan(high, end, finer)]
+
+
+def _merged_statement(
+    dialect: str,
+    ids: Select[Any],
+    segments: list[_Segment],
+    step_s: int,
+    aggregation: Aggregation,
+) -> Select[Any]:
+    fields = _NEEDED[aggregation]
+    # One branch per segment: a plain time range per branch lets each index scan bound it.
+    branches = [_branch(dialect, ids, segment, step_s, fields) for segment in segments]
+    rows = (branches[0] if len(branches) == 1 else union_all(*branches)).subquery("rows")
+    return _grouped(rows, _value(rows, aggregation, dialect))
+
+
+def _branch(
+    dialect: str, ids: Select[Any], segment: _Segment, step_s: int, fields: Sequence[str]
+) -> Select[Any]:
+    if segment.width_s is None:
+        table, ts = samples, samples.c.ts
+    else:
+        table = ROLLUP_TABLES[segment.width_s]
+        ts = table.c.bucket
+    return partial_rows(
+        table,
+        step_s,
+        dialect,
+        fields,
+        table.c.series_id.in_(ids),
+        ts >= segment.start,
+        ts < segment.end,
+    )
+
+
+def _value(rows: Subquery, aggregation: Aggregation, dialect: str) -> ColumnElement[Any]:
+    if aggregation is Aggregation.AVG:
+        # Total sum over total count, so partials from both sources weigh by their samples.
+        return cast(ColumnElement[Any], merge(rows, "sum", dialect) / merge(rows, "count", dialect))
+    field = {
+        Aggregation.MIN: "min",
+        Aggregation.MAX: "max",
+        Aggregation.SUM: "sum",
+        Aggregation.COUNT: "count",
+        Aggregation.LAST: "last",
+    }[aggregation]
+    return cast(ColumnElement[Any], merge(rows, field, dialect))
+
+
+def _quantile_statement(
+    dialect: str, ids: Select[Any], start: datetime, end: datetime, step_s: int, q: float
+) -> Select[Any]:
+    # Quantiles cannot be merged from partials: always raw samples.
+    rows = (
+        select(
+            samples.c.series_id,
+            time_bucket(samples.c.ts, step_s, dialect).label("bucket"),
+            samples.c.value,
+        )
+        .where(samples.c.series_id.in_(ids), samples.c.ts >= start, samples.c.ts < end)
+        .subquery("rows")
+    )
+    value = rows.c.value
+    if dialect == "postgresql":
+        quantile: ColumnElement[Any] = func.percentile_cont(float(q)).within_group(value)
+    else:
+        quantile = func.tl_quantile(value, float(q), type_=Float(precision=53))
+    return _grouped(rows, quantile)
+
+
+def _grouped(rows: Subquery, value: ColumnElement[Any]) -> Select[Any]:
+    return (
+        select(rows.c.series_id, rows.c.bucket, value.label("value"))
+        .group_by(rows.c.series_id, rows.c.bucket)
+        .order_by(rows.c.series_id, rows.c.bucket)
+    )
+
+
+def _range_series(
+    found: dict[int, SeriesInfo], rows: Sequence[Row[*tuple[Any, ...]]]
+) -> list[RangeSeries]:
+    points: dict[int, list[tuple[datetime, float]]] = {}
+    for row in rows:
+        # A series created after the lookup is not in ``found``; it is left for the next query.
+        if row.series_id in found and row.value is not None:
+            points.setdefault(row.series_id, []).append((row.bucket, float(row.value)))
+    return [RangeSeries(info, points[sid]) for sid, info in found.items() if sid in points]
+
+
+# --------------------------------------------------------------------------- latest
+
+
+def latest(
+    bind: Bind,
+    project_id: int,
+    metric: str | None,
+    matchers: Sequence[Matcher] = (),
+    *,
+    since: datetime | None = None,
+) -> list[LatestSample]:
+    """The newest sample of each matching series (at or after ``since`` if given, which on
+    PostgreSQL also keeps older partitions out of the scan). Series without one are left out."""
+    if since is not None:
+        _check_aware(since)
+    with _connection(bind) as connection:
+        statement = latest_statement(connection.dialect.name, project_id, metric, matchers, since)
+        with _regex_errors():
+            rows = connection.execute(statement).all()
+    return [LatestSample(_series_info(row), row.ts, float(row.value)) for row in rows]
+
+
+def latest_statement(
+    dialect: str,
+    project_id: int,
+    metric: str | None,
+    matchers: Sequence[Matcher] = (),
+    since: datetime | None = None,
+) -> Select[Any]:
+    """The query behind :func:`latest`: one backward probe of the (series_id, ts) index per
+    series, never a scan of all samples."""
+    conditions = series_conditions(dialect, project_id, metric, matchers)
+    columns = (_series.c.id, _series.c.metric, _series.c.labels, _series.c.kind)
+    if dialect == "postgresql":
+        newest = _newest(samples, since).with_only_columns(samples.c.ts, samples.c.value)
+        lateral = newest.lateral("newest")
+        return (
+            select(*columns, lateral.c.ts, lateral.c.value)
+            .select_from(_series.join(lateral, true()))
+            .where(*conditions)
+            .order_by(_series.c.metric, _series.c.id)
+        )
+    # SQLite has no LATERAL: join the one row whose rowid the correlated subquery picks.
+    newest_sample = samples.alias("newest_sample")
+    pick = (
+        _newest(newest_sample, since)
+        .with_only_columns(literal_column("newest_sample.rowid"))
+        .correlate(_series)
+        .scalar_subquery()
+    )
+    return (
+        select(*columns, samples.c.ts, samples.c.value)
+        .select_from(_series.join(samples, literal_column("samples.rowid") == pick))
+        .where(*conditions)
+        .order_by(_series.c.metric, _series.c.id)
+    )
+
+
+def _newest(table: Any, since: datetime | None) -> Select[Any]:
+    statement = (
+        select(table.c.ts)
+        .where(table.c.series_id == _series.c.id)
+        .order_by(table.c.ts.desc())
+        .limit(1)
+    )
+    return statement if since is None else statement.where(table.c.ts >= since)
