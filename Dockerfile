@@ -1,0 +1,20 @@
+# The tuneloop image: every process of docker-compose.yml runs it with its own command.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    TUNELOOP_DATA_DIR=/data
+
+# A wheel install, not editable: migrations ship inside it as tuneloop/_migrations.
+COPY . /src
+RUN pip install /src && rm -rf /src
+
+RUN useradd --system --uid 10001 --home-dir /data --shell /usr/sbin/nologin tuneloop \
+    && mkdir -p /data && chown tuneloop /data
+USER tuneloop
+WORKDIR /data
+
+EXPOSE 8000
+CMD ["tuneloop", "--help"]

@@ -1,0 +1,145 @@
+"""docker-compose.yml stays in step with the CLI and the repository (no Docker needed)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+import yaml
+
+from tuneloop.cli import _register_commands, app
+from tuneloop.settings import ENV_PREFIX, Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
+CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
+
+
+def command_of(service: dict[str, Any]) -> list[str]:
+    command = service.get("command", [])
+    return shlex.split(command) if isinstance(command, str) else [str(part) for part in command]
+
+
+def tuneloop_commands() -> list[tuple[str, list[str]]]:
+    return [
+        (name, command_of(service))
+        for name, service in SERVICES.items()
+        if command_of(service)[:1] == ["tuneloop"]
+    ]
+
+
+def host_mounts() -> list[tuple[str, str, str]]:
+    """(service, host path, container path) of every bind mount."""
+    mounts = []
+    for name, service in SERVICES.items():
+        for volume in service.get("volumes", []):
+            source, target = volume.split(":")[:2]
+            if source.startswith((".", "/")):
+                mounts.append((name, source, target))
+    return mounts
+
+
+def test_every_part_of_the_control_plane_is_a_service() -> None:
+    assert set(SERVICES) >= {
+        "postgres",
+        "redis",
+        "migrate",
+        "api",
+        "worker",
+        "beat",
+        "collector",
+        "prometheus",
+        "grafana",
+    }
+    assert {name for name, _ in tuneloop_commands()} == {
+        "migrate",
+        "api",
+        "worker",
+        "beat",
+        "collector",
+    }
+
+
+@pytest.mark.parametrize(("service", "command"), tuneloop_commands())
+def test_each_command_is_a_tuneloop_subcommand(service: str, command: list[str]) -> None:
+    _register_commands()
+    # Typer bundles its own click: tell groups by their ``commands``, not by class.
+    group: Any = typer.main.get_command(app)
+    walked = ["tuneloop"]
+    for word in command[1:]:
+        if word.startswith("-") or not hasattr(group, "commands"):
+            break
+        assert word in group.commands, f"{service}: `{' '.join(walked)}` has no command {word!r}"
+        group = group.commands[word]
+        walked.append(word)
+    assert len(walked) > 1, f"{service}: no subcommand in {command}"
+    assert not hasattr(group, "commands"), f"{service}: `{' '.join(walked)}` is a group"
+
+
+@pytest.mark.parametrize(("service", "source", "target"), host_mounts())
+def test_every_mounted_host_path_exists(service: str, source: str, target: str) -> None:
+    assert (ROOT / source).resolve().exists(), f"{service} mounts missing {source} at {target}"
+
+
+def test_named_volumes_are_declared() -> None:
+    declared = set(COMPOSE.get("volumes") or {})
+    for name, service in SERVICES.items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if not source.startswith((".", "/")):
+                assert source in declared, f"{name} uses undeclared volume {source}"
+
+
+def test_dependencies_exist_and_their_conditions_can_be_met() -> None:
+    for name, service in SERVICES.items():
+        for dependency, spec in (service.get("depends_on") or {}).items():
+            assert dependency in SERVICES, f"{name} depends on unknown {dependency}"
+            condition = spec["condition"]
+            assert condition in CONDITIONS
+            if condition == "service_healthy":
+                assert "healthcheck" in SERVICES[dependency], f"{dependency} has no healthcheck"
+            if condition == "service_completed_successfully":
+                assert SERVICES[dependency].get("restart") == "no", f"{dependency} must run once"
+
+
+def test_long_running_servers_have_healthchecks() -> None:
+    for name in ("postgres", "redis", "api", "worker", "prometheus", "grafana"):
+        assert SERVICES[name]["healthcheck"]["test"], name
+
+
+def test_tuneloop_services_use_known_settings_and_the_image() -> None:
+    known = {ENV_PREFIX + field.upper() for field in Settings.model_fields}
+    for name, _ in tuneloop_commands():
+        service = SERVICES[name]
+        assert service["build"] == "."
+        unknown = set(service["environment"]) - known
+        assert not unknown, f"{name} sets unknown settings {unknown}"
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert dockerfile.startswith("#") and "FROM python:3.11-slim" in dockerfile
+    assert "pip install /src" in dockerfile
+
+
+def test_prometheus_scrapes_the_api() -> None:
+    config = yaml.safe_load((ROOT / "dashboards/prometheus/prometheus.yml").read_text())
+    (job,) = config["scrape_configs"]
+    assert job["metrics_path"] == "/metrics"
+    assert job["static_configs"][0]["targets"] == ["api:8000"]
+    assert SERVICES["api"]["environment"]["TUNELOOP_PORT"] == "8000"
+
+
+def test_grafana_provisioning() -> None:
+    provisioning = ROOT / "dashboards/provisioning"
+    datasources = yaml.safe_load((provisioning / "datasources/tuneloop.yml").read_text())
+    by_type = {source["type"]: source for source in datasources["datasources"]}
+    assert by_type["grafana-postgresql-datasource"]["url"] == "postgres:5432"
+    assert by_type["grafana-postgresql-datasource"]["jsonData"]["database"] == "tuneloop"
+    assert by_type["prometheus"]["url"] == "http://prometheus:9090"
+
+    dashboards = yaml.safe_load((provisioning / "dashboards/tuneloop.yml").read_text())
+    (provider,) = dashboards["providers"]
+    mounted = {target for service, _, target in host_mounts() if service == "grafana"}
+    assert provider["options"]["path"] in mounted

@@ -1,0 +1,66 @@
+"""The Celery app, built from settings: Redis is both broker and result backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from celery import Celery
+from sqlalchemy.exc import OperationalError
+
+from tuneloop.settings import Settings
+from tuneloop.storage import DatabaseUnavailable
+from tuneloop.taskqueue.registry import PeriodicTask, periodic_tasks
+
+# Worth another try: the database or its network was briefly away.
+RETRYABLE = (OperationalError, DatabaseUnavailable)
+
+
+def create_app(settings: Settings) -> Celery:
+    """A Celery app with every registered task and the beat schedule.
+
+    Raises ``ValueError`` if ``settings.redis_url`` is not set.
+    """
+    if not settings.redis_url:
+        raise ValueError("TUNELOOP_REDIS_URL is not set")
+    app = Celery("tuneloop", broker=settings.redis_url, backend=settings.redis_url)
+    tasks = periodic_tasks(settings)
+    app.conf.update(
+        # A task is acknowledged once it is done, so one lost with its worker runs again.
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_expires=3600,
+        enable_utc=True,
+        timezone="UTC",
+        broker_connection_retry_on_startup=True,
+        beat_schedule=beat_schedule(tasks),
+    )
+    for task in tasks:
+        app.task(
+            name=task.name,
+            shared=False,
+            autoretry_for=RETRYABLE,
+            retry_backoff=True,
+            retry_backoff_max=60,
+            retry_jitter=True,
+            max_retries=3,
+        )(task.func)
+    return app
+
+
+def beat_schedule(tasks: Iterable[PeriodicTask]) -> dict[str, dict[str, Any]]:
+    """Celery beat entries; a tick not started within one interval expires, since the next tick
+    does the same work (a slow queue does not pile up stale runs)."""
+    return {
+        task.name: {
+            "task": task.name,
+            "schedule": task.interval_s,
+            "options": {"expires": task.interval_s},
+        }
+        for task in tasks
+    }
