@@ -1,3 +1,6 @@
 """Imports every command module so each registers itself on the app."""
 
 from tuneloop.cli import serve  # noqa: F401
+from tuneloop.cli import tokens as tokens  # token, project (re-export form: isort-clean)
+from tuneloop.cli.db import db_app as db_app  # tuneloop db upgrade|downgrade|current|check
+from tuneloop.cli.worker import worker as worker  # tuneloop worker, tuneloop beat

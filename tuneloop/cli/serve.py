@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 from typing import Annotated
 
 import typer
@@ -39,9 +40,25 @@ def _serve(runtime: Runtime) -> None:
         lifespan="on",
     )
     server = uvicorn.Server(config)
-    server.run()  # returns after SIGINT/SIGTERM, once in-flight requests are done
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the
+    # handler that was installed before it; turn that into a clean return.
+    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    try:
+        server.run()
+    except (KeyboardInterrupt, _Stopped):
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if not server.started:
         fail(f"could not listen on {settings.host}:{settings.port} (see the log above)")
+
+
+class _Stopped(Exception):
+    """SIGTERM arrived: stop like on Ctrl-C."""
+
+
+def _raise_stopped(*_: object) -> None:
+    raise _Stopped
 
 
 def _migrate(runtime: Runtime) -> None:
@@ -129,7 +146,6 @@ def collector(
     ] = None,
 ) -> None:
     """Run the host collector alone, writing into the store."""
-    import signal
     import threading
 
     from collector.service import build_collector

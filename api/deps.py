@@ -1,0 +1,165 @@
+"""Typed dependencies of the routes: the runtime, a database session, the caller's token and
+the project named in the path.
+
+A project-scoped token that names another project gets 404, exactly as for a project that does
+not exist, so tokens cannot probe which projects exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
+
+from fastapi import Depends, HTTPException, Path, Query, Request, Security, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
+from sqlalchemy.orm import Session
+
+from api.observability import ApiMetrics
+from api.schemas import ErrorBody, Page
+from tuneloop import accounts
+from tuneloop.runtime import Runtime
+from tuneloop.storage.models import ApiToken, Project
+
+API_PREFIX = "/api/v1"
+
+AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "Missing, unknown, expired or revoked token"},
+    403: {"model": ErrorBody, "description": "The token's role does not allow this"},
+    404: {"model": ErrorBody, "description": "Not found, or not visible to this token"},
+}
+"""OpenAPI ``responses`` of every authenticated router."""
+
+bearer_scheme = HTTPBearer(
+    scheme_name="bearer",
+    bearerFormat="tl_…",
+    description="An API token secret: `Authorization: Bearer tl_...`",
+    auto_error=False,
+)
+
+
+def get_runtime(request: Request) -> Runtime:
+    runtime = getattr(request.app.state, "runtime", None)
+    if not isinstance(runtime, Runtime):
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the service is starting")
+    return runtime
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+
+def get_metrics(request: Request) -> ApiMetrics:
+    metrics = request.app.state.metrics
+    assert isinstance(metrics, ApiMetrics)
+    return metrics
+
+
+MetricsDep = Annotated[ApiMetrics, Depends(get_metrics)]
+
+
+def get_session(runtime: RuntimeDep) -> Iterator[Session]:
+    """One session per request, committed when the route returns without error (before the
+    response is sent) and rolled back otherwise."""
+    session = runtime.sessions()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+
+def _unauthorized(message: str) -> HTTPException:
+    return HTTPException(
+        status.HTTP_401_UNAUTHORIZED, message, headers={"WWW-Authenticate": "Bearer"}
+    )
+
+
+def get_current_token(
+    session: SessionDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer_scheme)],
+) -> ApiToken:
+    if credentials is None:
+        raise _unauthorized("missing bearer token")
+    token = accounts.authenticate(session, credentials.credentials)
+    if token is None:
+        raise _unauthorized("invalid, expired or revoked token")
+    if token in session.dirty:
+        # ``last_used_at`` moved (at most once a minute): keep it even if the request fails.
+        session.commit()
+    return token
+
+
+CurrentToken = Annotated[ApiToken, Depends(get_current_token)]
+
+
+def get_admin_token(token: CurrentToken) -> ApiToken:
+    if token.role != "admin":
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "needs an admin token")
+    return token
+
+
+AdminToken = Annotated[ApiToken, Depends(get_admin_token)]
+
+
+def get_project(
+    project: Annotated[str, Path(description="Project name")],
+    session: SessionDep,
+    token: CurrentToken,
+) -> Project:
+    found = accounts.get_project_by_name(session, project)
+    if found is None or not accounts.can_access_project(token, found):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"project {project!r} not found")
+    return found
+
+
+ProjectDep = Annotated[Project, Depends(get_project)]
+
+
+def require(allowed: bool, message: str) -> None:
+    """Raise 403 with ``message`` unless ``allowed``."""
+    if not allowed:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, message)
+
+
+OutT = TypeVar("OutT", bound=BaseModel)
+
+MAX_PAGE_SIZE = 500
+
+
+@dataclass(frozen=True)
+class PageParams:
+    """``limit``/``offset`` of a list request. Ask the store for :attr:`fetch` rows (one more
+    than a page) so :meth:`build` can tell whether another page follows without counting."""
+
+    limit: int
+    offset: int
+
+    @property
+    def fetch(self) -> int:
+        return self.limit + 1
+
+    def build(self, rows: Sequence[Any], model: type[OutT]) -> Page[OutT]:
+        more = len(rows) > self.limit
+        return Page(
+            items=[model.model_validate(row) for row in rows[: self.limit]],
+            limit=self.limit,
+            offset=self.offset,
+            next_offset=self.offset + self.limit if more else None,
+        )
+
+
+def get_page_params(
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE, description="Page size")] = 100,
+    offset: Annotated[int, Query(ge=0, description="Items to skip")] = 0,
+) -> PageParams:
+    return PageParams(limit=limit, offset=offset)
+
+
+PageDep = Annotated[PageParams, Depends(get_page_params)]

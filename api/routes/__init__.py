@@ -1,0 +1,19 @@
+"""Every router of the API, in the order ``create_app`` includes them.
+
+Each router carries its full path prefix (``/api/v1/...``) and is included without one, so a
+route's own ``path`` is its full template, which is what the request metrics are labelled with.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from api.routes import health, jobs, metrics, projects, tokens
+
+ROUTERS: tuple[APIRouter, ...] = (
+    health.router,
+    metrics.router,
+    projects.router,
+    tokens.router,
+    jobs.router,
+)

@@ -1,0 +1,165 @@
+"""Jobs of a project and their config versions: ``/api/v1/projects/{project}/jobs``.
+
+Every role of the project may create, list and update jobs (agents register their own) and
+report observed config; desired config is written by members and admins only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, status
+from sqlalchemy.orm import Session
+
+from api.deps import (
+    API_PREFIX,
+    AUTH_ERRORS,
+    CurrentToken,
+    PageDep,
+    ProjectDep,
+    SessionDep,
+    require,
+)
+from api.schemas import (
+    ConfigVersionOut,
+    ConfigWrite,
+    JobConfigState,
+    JobCreate,
+    JobOut,
+    JobUpdate,
+    Page,
+)
+from api.services import jobs as job_service
+from api.services.jobs import ConfigKind, JobStatus
+from tuneloop import accounts
+from tuneloop.storage.models import ApiToken, Job, Project
+
+router = APIRouter(
+    prefix=f"{API_PREFIX}/projects/{{project}}/jobs", tags=["jobs"], responses=AUTH_ERRORS
+)
+
+JOB_REF_DOC = "Job name, or job id when all digits (job names are never all digits)"
+
+
+def get_job(
+    job: Annotated[str, Path(description=JOB_REF_DOC)], project: ProjectDep, session: SessionDep
+) -> Job:
+    return job_service.get_job(session, project, job)
+
+
+JobDep = Annotated[Job, Depends(get_job)]
+
+
+def _audit(
+    session: Session,
+    token: ApiToken,
+    project: Project,
+    action: str,
+    job: Job,
+    details: Mapping[str, Any],
+) -> None:
+    accounts.record_audit(
+        session,
+        actor=accounts.actor_name(token),
+        action=action,
+        target=f"job:{job.name}",
+        project_id=project.id,
+        details={"job_id": job.id, **details},
+    )
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, summary="Register a job")
+def create_job(
+    body: JobCreate, project: ProjectDep, session: SessionDep, token: CurrentToken
+) -> JobOut:
+    job = job_service.create_job(
+        session, project, body.name, kind=body.kind, labels=body.labels, status=body.status
+    )
+    _audit(session, token, project, "job.create", job, body.model_dump())
+    return JobOut.model_validate(job)
+
+
+@router.get("", summary="List a project's jobs")
+def list_jobs(
+    project: ProjectDep,
+    session: SessionDep,
+    _token: CurrentToken,
+    page: PageDep,
+    status_filter: Annotated[JobStatus | None, Query(alias="status")] = None,
+) -> Page[JobOut]:
+    rows = job_service.list_jobs(
+        session, project, status=status_filter, limit=page.fetch, offset=page.offset
+    )
+    return page.build(rows, JobOut)
+
+
+@router.get("/{job}", summary="One job")
+def read_job(job: JobDep) -> JobOut:
+    return JobOut.model_validate(job)
+
+
+@router.patch("/{job}", summary="Change a job's status or labels")
+def update_job(
+    body: JobUpdate, job: JobDep, project: ProjectDep, session: SessionDep, token: CurrentToken
+) -> JobOut:
+    """``labels`` replaces the whole label set. A change is written to the audit log."""
+    changes = job_service.update_job(session, job, status=body.status, labels=body.labels)
+    if changes:
+        _audit(session, token, project, "job.update", job, changes)
+    return JobOut.model_validate(job)
+
+
+def _config_out(row: object) -> ConfigVersionOut:
+    return ConfigVersionOut.model_validate(row)
+
+
+def _write_config(
+    session: Session,
+    token: ApiToken,
+    project: Project,
+    job: Job,
+    kind: ConfigKind,
+    body: ConfigWrite,
+) -> ConfigVersionOut:
+    row = job_service.append_config(session, job, kind, body.config, source=body.source)
+    _audit(
+        session,
+        token,
+        project,
+        f"job.config.{kind}",
+        job,
+        {"version": row.version, "source": row.source, "config": body.config},
+    )
+    return _config_out(row)
+
+
+@router.put("/{job}/config", summary="Set a new desired config (next version)")
+def set_desired_config(
+    body: ConfigWrite, job: JobDep, project: ProjectDep, session: SessionDep, token: CurrentToken
+) -> ConfigVersionOut:
+    """Stores ``config`` as desired version previous + 1 (the first is 1) and returns it."""
+    require(accounts.can_write_desired_config(token), "agent tokens only report observed config")
+    return _write_config(session, token, project, job, "desired", body)
+
+
+@router.post(
+    "/{job}/config/observed",
+    status_code=status.HTTP_201_CREATED,
+    summary="Report the config the job runs (next observed version)",
+)
+def report_observed_config(
+    body: ConfigWrite, job: JobDep, project: ProjectDep, session: SessionDep, token: CurrentToken
+) -> ConfigVersionOut:
+    return _write_config(session, token, project, job, "observed", body)
+
+
+@router.get("/{job}/config", summary="Latest desired and latest observed config")
+def read_config(job: JobDep, session: SessionDep) -> JobConfigState:
+    desired = job_service.latest_config(session, job, "desired")
+    observed = job_service.latest_config(session, job, "observed")
+    return JobConfigState(
+        desired=_config_out(desired) if desired else None,
+        observed=_config_out(observed) if observed else None,
+        in_sync=desired is not None and observed is not None and desired.config == observed.config,
+    )

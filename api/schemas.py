@@ -1,0 +1,187 @@
+"""Request and response bodies of the HTTP API, kept apart from the tables."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
+
+from api.services.jobs import ConfigKind, JobKind, JobStatus, validate_job_name, validate_labels
+from tuneloop.accounts import Role, validate_project_name, validate_token_name
+
+ProjectName = Annotated[
+    str,
+    AfterValidator(validate_project_name),
+    Field(description="1-100 lowercase letters, digits, '-' or '_'", examples=["vision-team"]),
+]
+TokenName = Annotated[
+    str,
+    AfterValidator(validate_token_name),
+    Field(description="1-100 characters, no control characters", examples=["ci-agent"]),
+]
+JobName = Annotated[
+    str,
+    AfterValidator(validate_job_name),
+    Field(
+        description="1-200 letters, digits, '.', '_', ':', '@' or '-'; not all digits",
+        examples=["llama-70b-sft"],
+    ),
+]
+Labels = Annotated[
+    dict[str, str],
+    AfterValidator(validate_labels),
+    Field(description="String labels, Prometheus-style names", examples=[{"team": "vision"}]),
+]
+
+
+class ErrorBody(BaseModel):
+    """Every error response: a message (or a list of validation problems) and a stable code."""
+
+    detail: str | list[Any]
+    code: str = Field(examples=["not_found"])
+
+
+T = TypeVar("T")
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a list. ``next_offset`` is ``None`` on the last page."""
+
+    items: list[T]
+    limit: int
+    offset: int
+    next_offset: int | None
+
+
+# --------------------------------------------------------------------------- projects
+
+
+class ProjectCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: ProjectName
+    max_series: int | None = Field(default=None, ge=1)
+
+
+class ProjectOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    name: str
+    max_series: int | None
+    created_at: datetime
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+class TokenCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: TokenName
+    role: Role = Field(
+        default="agent",
+        description="member or agent under a project; admin tokens via POST /api/v1/tokens",
+    )
+    expires_at: AwareDatetime | None = None
+
+
+class AdminTokenCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: TokenName
+    expires_at: AwareDatetime | None = None
+
+
+class TokenOut(BaseModel):
+    """A token as listed: never its secret or hash, only the first characters (``prefix``)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    name: str
+    role: Role
+    project_id: int | None
+    prefix: str
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+class TokenCreated(TokenOut):
+    secret: str = Field(description="The bearer secret. Shown only in this response.")
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+class JobCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: JobName
+    kind: JobKind = "training"
+    labels: Labels = Field(default_factory=dict)
+    status: JobStatus = "pending"
+
+
+class JobUpdate(BaseModel):
+    """Fields to change; ``labels`` replaces the whole label set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: JobStatus | None = None
+    labels: Labels | None = None
+
+
+class JobOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    project_id: int
+    name: str
+    kind: str
+    labels: dict[str, str]
+    status: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class ConfigWrite(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    config: dict[str, Any] = Field(examples=[{"batch_size": 64, "lr": 0.0003}])
+    source: str = Field(default="api", min_length=1, max_length=50)
+
+
+class ConfigVersionOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    kind: ConfigKind
+    version: int
+    config: dict[str, Any]
+    source: str
+    created_at: datetime
+
+
+class JobConfigState(BaseModel):
+    """The latest desired and latest observed config of a job."""
+
+    desired: ConfigVersionOut | None
+    observed: ConfigVersionOut | None
+    in_sync: bool = Field(description="Whether the latest observed config equals the desired one")
+
+
+# --------------------------------------------------------------------------- health
+
+
+class CheckResult(BaseModel):
+    ok: bool | None = Field(description="None when the dependency is not configured")
+    latency_ms: float | None = None
+    error: str | None = None
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok", "degraded"]
+    checks: dict[str, CheckResult]
