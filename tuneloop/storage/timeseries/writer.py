@@ -1,0 +1,558 @@
+"""The write path of the time-series store: batches of samples in, rows of ``samples`` out.
+
+One :meth:`SampleWriter.write` call runs in up to three short transactions, so no lock is held
+longer than its step needs:
+
+1. resolve series ids (cache, then a bulk lookup, then creation under a per-project lock that
+   enforces the series cap);
+2. on PostgreSQL, create the partitions the samples fall in (cached once seen);
+3. write the samples: binary ``COPY`` on PostgreSQL, one ``executemany`` on SQLite.
+
+Bad input never raises: each bad batch becomes a :class:`Rejection` and the rest is written.
+NaN values are dropped (and reported) rather than stored: SQLite cannot hold NaN in a ``REAL``
+column, both backends must return the same data, and NaN would poison ``max``/``avg`` over a
+window. A missing value is expressed by absence of a sample. ``+inf``/``-inf`` are stored.
+
+A writer is safe to share between threads; its caches only ever hold facts that stay true
+(a series id, an existing partition) unless series or partitions are deleted, see :meth:`forget`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import sqlite3
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from itertools import chain, repeat
+from typing import Any, cast
+
+import psycopg
+from sqlalchemy import Connection, Engine, Table, func, select, text
+from sqlalchemy.dialects import sqlite
+
+from tuneloop.settings import Settings
+from tuneloop.storage.models import Series
+from tuneloop.storage.timeseries.partitions import (
+    MAX_PARTITIONS_PER_CALL,
+    ensure_partitions,
+    partition_index,
+)
+from tuneloop.storage.timeseries.types import (
+    Rejection,
+    SeriesBatch,
+    SeriesKind,
+    WriteResult,
+    fingerprint,
+)
+from tuneloop.storage.types import utcnow
+
+DEFAULT_MAX_SERIES: int = Settings.model_fields["max_series_per_project"].default
+MAX_METRIC_LENGTH = 200
+"""Length of ``series.metric``; longer names would fail the whole insert on PostgreSQL."""
+
+_SERIES: Table = cast(Table, Series.__table__)
+_COPY_SQL = "COPY samples (series_id, ts, value) FROM STDIN (FORMAT BINARY)"
+_COPY_TYPES = ["int8", "timestamptz", "float8"]
+_SQLITE_INSERT = "INSERT INTO samples (series_id, ts, value) VALUES (?, ?, ?)"
+_LOOKUP_CHUNK = 1_000
+_CACHE_LIMIT = 1_000_000
+"""Series ids cached before the cache is emptied (about 150 MB); misses only cost a lookup."""
+# Two-key advisory lock (namespace, project_id) held while a project's series are created.
+_SERIES_LOCK_NAMESPACE = 0x746C5352  # "tlSR"
+# PostgreSQL: the series travel as one JSON document parameter rather than one placeholder per
+# value, so the statement stays short and fixed whatever their number. psycopg re-parses a long
+# statement on every call and escapes text arrays element by element in Python: for 1,000
+# series either cost more than COPYing 100,000 samples; json.dumps and the server's parser don't.
+# ``= ANY(ARRAY(...))`` keeps the lookup an index scan of (project_id, fingerprint) at any size.
+_PG_LOOKUP = text(
+    """
+    SELECT fingerprint, id FROM series
+    WHERE project_id = :project_id
+      AND fingerprint = ANY(ARRAY(SELECT jsonb_array_elements_text(CAST(:fingerprints AS jsonb))))
+    """
+)
+_PG_INSERT = text(
+    """
+    INSERT INTO series (project_id, metric, labels, fingerprint, kind, created_at)
+    SELECT :project_id, t.metric, t.labels, t.fingerprint, t.kind, :created_at
+    FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+         AS t(metric text, labels jsonb, fingerprint text, kind text)
+    ON CONFLICT (project_id, fingerprint) DO NOTHING
+    RETURNING fingerprint, id
+    """
+)
+_KINDS = frozenset(kind.value for kind in SeriesKind)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+@dataclass(slots=True)
+class _Accepted:
+    """A batch that passed validation, with what the later steps need computed once."""
+
+    metric: str
+    labels: dict[str, str]
+    fingerprint: str
+    kind: SeriesKind
+    timestamps: Sequence[datetime]
+    values: Sequence[float]
+    first: datetime
+    last: datetime
+
+
+class SampleWriter:
+    """Writes :class:`SeriesBatch` objects of one project at a time into ``samples``."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        partition_days: int = 1,
+        max_series_per_project: int = DEFAULT_MAX_SERIES,
+    ) -> None:
+        if partition_days < 1:
+            raise ValueError(f"partition_days must be >= 1, got {partition_days}")
+        if max_series_per_project < 0:
+            raise ValueError(f"max_series_per_project must be >= 0, got {max_series_per_project}")
+        self.engine = engine
+        self.partition_days = partition_days
+        self.max_series_per_project = max_series_per_project
+        self._postgres = engine.dialect.name == "postgresql"
+        self._series_ids: dict[tuple[int, str], int] = {}
+        self._partitions: set[int] = set()
+
+    def write(
+        self, project_id: int, batches: Iterable[SeriesBatch], *, max_series: int | None = None
+    ) -> WriteResult:
+        """Write ``batches`` for ``project_id`` (which must exist); ``max_series`` overrides
+        the writer's series cap for this call (a project's own limit)."""
+        result = WriteResult()
+        accepted = [item for batch in batches if (item := _validate(batch, result)) is not None]
+        if not accepted:
+            return result
+        cap = self.max_series_per_project if max_series is None else max_series
+        # One connection for the whole call (each checkout pays a pre-ping round trip), with a
+        # short transaction per step.
+        with self.engine.connect() as connection:
+            ids = self._resolve_series(connection, project_id, accepted, cap, result)
+            work: list[tuple[int, Sequence[datetime], Sequence[float]]] = []
+            for item in accepted:
+                series_id = ids.get(item.fingerprint)
+                if series_id is None:
+                    result.rejected.append(_cap_rejection(item, project_id, cap))
+                else:
+                    work.append((series_id, item.timestamps, item.values))
+            if work:
+                written = [item for item in accepted if item.fingerprint in ids]
+                self._write_samples(connection, written, work)
+                result.samples_written = sum(len(values) for _, _, values in work)
+        return result
+
+    def forget(self, project_id: int | None = None) -> None:
+        """Empty the caches (of one project's series, or of everything). Call it after deleting
+        series or dropping partitions through anything but this writer's process."""
+        if project_id is None:
+            self._series_ids.clear()
+        else:
+            # Snapshot the keys first: another thread may be adding to the cache meanwhile.
+            for key in [key for key in list(self._series_ids) if key[0] == project_id]:
+                self._series_ids.pop(key, None)
+        self._partitions.clear()
+
+    # ------------------------------------------------------------------ series
+
+    def _resolve_series(
+        self,
+        connection: Connection,
+        project_id: int,
+        accepted: list[_Accepted],
+        cap: int,
+        result: WriteResult,
+    ) -> dict[str, int]:
+        """Ids by fingerprint; a series missing from the answer was refused by the cap."""
+        ids: dict[str, int] = {}
+        missing: dict[str, _Accepted] = {}
+        for item in accepted:
+            series_id = self._series_ids.get((project_id, item.fingerprint))
+            if series_id is None:
+                missing.setdefault(item.fingerprint, item)
+            else:
+                ids[item.fingerprint] = series_id
+        if not missing:
+            return ids
+        with connection.begin():
+            found = _lookup(connection, project_id, list(missing))
+            new = [item for fp, item in missing.items() if fp not in found]
+            if new:
+                found |= _create_series(connection, project_id, new, cap, result)
+        if len(self._series_ids) + len(found) > _CACHE_LIMIT:
+            self._series_ids.clear()
+        self._series_ids.update(((project_id, fp), series_id) for fp, series_id in found.items())
+        return ids | found
+
+    # ------------------------------------------------------------------ samples
+
+    def _write_samples(
+        self,
+        connection: Connection,
+        accepted: list[_Accepted],
+        work: list[tuple[int, Sequence[datetime], Sequence[float]]],
+    ) -> None:
+        if not self._postgres:
+            with connection.begin():
+                _insert_sqlite(connection, work)
+            return
+        self._ensure_partitions(connection, accepted)
+        try:
+            with connection.begin():
+                _copy_postgres(connection, work)
+        except psycopg.errors.CheckViolation:
+            # "no partition of relation samples found for row": a partition this writer had
+            # cached was dropped (retention). Forget what we knew, create it again, retry once.
+            self._partitions.clear()
+            self._ensure_partitions(connection, accepted)
+            with connection.begin():
+                _copy_postgres(connection, work)
+
+    def _ensure_partitions(self, connection: Connection, accepted: list[_Accepted]) -> None:
+        needed = _needed_partitions(accepted, self.partition_days) - self._partitions
+        if not needed:
+            return
+        width = timedelta(days=self.partition_days)
+        # Its own transaction, before the COPY's: partition DDL locks ``samples`` exclusively.
+        with connection.begin():
+            for first, last in _runs(sorted(needed), MAX_PARTITIONS_PER_CALL):
+                ensure_partitions(
+                    connection, _EPOCH + width * first, _EPOCH + width * last, self.partition_days
+                )
+        self._partitions |= needed
+
+
+# ---------------------------------------------------------------------- validation
+
+
+def _validate(batch: SeriesBatch, result: WriteResult) -> _Accepted | None:
+    """The batch ready to write, or ``None`` after recording why not (an empty batch is
+    ``None`` with nothing recorded)."""
+    try:
+        size = max(len(batch.timestamps), len(batch.values))
+    except TypeError:
+        problem: str | None = "timestamps and values must be sequences"
+        size = 0
+    else:
+        problem = _identity_problem(batch) or _length_problem(batch)
+    if problem is None and size:
+        checked = _check_samples(batch)
+        if not isinstance(checked, str):
+            return _accept(batch, checked[0], checked[1], result)
+        problem = checked
+    if problem is not None:
+        labels = batch.labels if isinstance(batch.labels, Mapping) else {}
+        result.rejected.append(Rejection(str(batch.metric), labels, size, problem))
+    return None
+
+
+def _accept(
+    batch: SeriesBatch, total: float, time_range: tuple[datetime, datetime], result: WriteResult
+) -> _Accepted | None:
+    """A valid batch, less its NaN values (dropped and recorded)."""
+    timestamps, values = batch.timestamps, batch.values
+    first, last = time_range
+    if total != total and any(math.isnan(value) for value in values):
+        timestamps, values = _drop_nan(batch, result)
+        if not values:
+            return None
+        first, last = min(timestamps), max(timestamps)
+    return _Accepted(
+        metric=batch.metric,
+        labels=dict(batch.labels),
+        fingerprint=fingerprint(batch.metric, batch.labels),
+        kind=SeriesKind(batch.kind),
+        timestamps=timestamps,
+        values=values,
+        first=first,
+        last=last,
+    )
+
+
+def _check_samples(batch: SeriesBatch) -> tuple[float, tuple[datetime, datetime]] | str:
+    """(sum of values, (earliest, latest timestamp)), or why the samples are unusable."""
+    total = _value_sum(batch.values)
+    if isinstance(total, str):
+        return total
+    time_range = _time_range(batch.timestamps)
+    if isinstance(time_range, str):
+        return time_range
+    return total, time_range
+
+
+def _identity_problem(batch: SeriesBatch) -> str | None:
+    metric = batch.metric
+    if not isinstance(metric, str) or not metric:
+        return "metric name must be a non-empty string"
+    if len(metric) > MAX_METRIC_LENGTH:
+        return f"metric name is longer than {MAX_METRIC_LENGTH} characters"
+    if "\x00" in metric:
+        return "metric name contains a NUL character"
+    if not isinstance(batch.labels, Mapping):
+        return "labels must be a mapping of strings to strings"
+    for name, value in batch.labels.items():
+        if not isinstance(name, str) or not name:
+            return f"label name {name!r} is not a non-empty string"
+        if not isinstance(value, str):
+            return f"label {name!r} has a non-string value ({type(value).__name__})"
+        if "\x00" in name or "\x00" in value:
+            return f"label {name!r} contains a NUL character"
+    if not isinstance(batch.kind, str) or batch.kind not in _KINDS:
+        return f"kind must be one of {', '.join(sorted(_KINDS))}, got {batch.kind!r}"
+    return None
+
+
+def _length_problem(batch: SeriesBatch) -> str | None:
+    if len(batch.timestamps) != len(batch.values):
+        return (
+            f"{len(batch.timestamps)} timestamps but {len(batch.values)} values: "
+            "they must pair one to one"
+        )
+    return None
+
+
+def _time_range(timestamps: Sequence[datetime]) -> tuple[datetime, datetime] | str:
+    """(earliest, latest), or why the timestamps are unusable.
+
+    ``min``/``max`` double as the type check, in C: comparing a naive with an aware datetime,
+    or a datetime with anything else, raises; so after them only "all naive" or "all of some
+    other type" is left to rule out, from one element.
+    """
+    try:
+        first, last = min(timestamps), max(timestamps)
+    except TypeError:
+        return _timestamp_problem(timestamps)
+    if not isinstance(first, datetime) or first.utcoffset() is None:
+        return _timestamp_problem(timestamps)
+    return first, last
+
+
+def _timestamp_problem(timestamps: Sequence[datetime]) -> str:
+    for index, ts in enumerate(timestamps):
+        if not isinstance(ts, datetime):
+            return f"timestamps[{index}] is not a datetime ({type(ts).__name__})"
+        if ts.utcoffset() is None:
+            return f"timestamps[{index}] is a naive datetime: timestamps must be timezone-aware"
+    return "timestamps cannot be compared with each other"
+
+
+def _value_sum(values: Sequence[float]) -> float | str:
+    """The sum of the values (NaN if one is NaN, which is allowed here and dropped later), or
+    why they are unusable. Summing is the type check, in C; only a failure rescans."""
+    try:
+        total = sum(values, 0.0)
+    except (TypeError, OverflowError):
+        total = None
+    if isinstance(total, float):
+        return total
+    for index, value in enumerate(values):
+        if not isinstance(value, numbers.Real):
+            return f"values[{index}] is not a real number ({type(value).__name__})"
+        try:
+            float(value)
+        except OverflowError:
+            return f"values[{index}] does not fit in a 64-bit float"
+    return "values are not real numbers"
+
+
+def _drop_nan(batch: SeriesBatch, result: WriteResult) -> tuple[list[datetime], list[float]]:
+    kept = [
+        (ts, value)
+        for ts, value in zip(batch.timestamps, batch.values, strict=True)
+        if value == value
+    ]
+    dropped = len(batch.values) - len(kept)
+    result.rejected.append(
+        Rejection(
+            batch.metric,
+            batch.labels,
+            dropped,
+            f"{dropped} NaN value(s) dropped: NaN is not stored (a missing value is no sample)",
+        )
+    )
+    return [ts for ts, _ in kept], [value for _, value in kept]
+
+
+def _cap_rejection(item: _Accepted, project_id: int, cap: int) -> Rejection:
+    return Rejection(
+        item.metric,
+        item.labels,
+        len(item.values),
+        f"series limit reached: project {project_id} may have at most {cap} series "
+        f"(max_series_per_project={cap}); this new series was not created",
+    )
+
+
+# ---------------------------------------------------------------------- series storage
+
+
+def _lookup(connection: Connection, project_id: int, fingerprints: list[str]) -> dict[str, int]:
+    if connection.dialect.name == "postgresql":
+        rows = connection.execute(
+            _PG_LOOKUP, {"project_id": project_id, "fingerprints": json.dumps(fingerprints)}
+        )
+        return {row.fingerprint: row.id for row in rows}
+    found: dict[str, int] = {}
+    for start in range(0, len(fingerprints), _LOOKUP_CHUNK):
+        chunk = fingerprints[start : start + _LOOKUP_CHUNK]
+        rows = connection.execute(
+            select(_SERIES.c.fingerprint, _SERIES.c.id).where(
+                _SERIES.c.project_id == project_id, _SERIES.c.fingerprint.in_(chunk)
+            )
+        )
+        found.update((row.fingerprint, row.id) for row in rows)
+    return found
+
+
+def _create_series(
+    connection: Connection, project_id: int, new: list[_Accepted], cap: int, result: WriteResult
+) -> dict[str, int]:
+    """Create as many of ``new`` as the cap allows, in order; return the ids of those that
+    now exist (created here or, meanwhile, by another writer)."""
+    _lock_project(connection, project_id)
+    found = _lookup(connection, project_id, [item.fingerprint for item in new])
+    new = [item for item in new if item.fingerprint not in found]
+    existing = connection.execute(
+        select(func.count()).select_from(_SERIES).where(_SERIES.c.project_id == project_id)
+    ).scalar_one()
+    allowed = new[: max(cap - existing, 0)]
+    if not allowed:
+        return found
+    created = _insert_series(connection, project_id, allowed)
+    result.series_created += len(created)
+    found |= created
+    conflicted = [item.fingerprint for item in allowed if item.fingerprint not in found]
+    if conflicted:
+        found |= _lookup(connection, project_id, conflicted)
+    return found
+
+
+def _insert_series(
+    connection: Connection, project_id: int, items: list[_Accepted]
+) -> dict[str, int]:
+    """Insert ``items`` as series (a row that exists already is skipped); return the ids of
+    the rows inserted, by fingerprint."""
+    if connection.dialect.name == "postgresql":
+        document = json.dumps(
+            [
+                {
+                    "metric": item.metric,
+                    "labels": item.labels,
+                    "fingerprint": item.fingerprint,
+                    "kind": item.kind.value,
+                }
+                for item in items
+            ]
+        )
+        rows = connection.execute(
+            _PG_INSERT, {"project_id": project_id, "created_at": utcnow(), "rows": document}
+        )
+    else:
+        statement = (
+            sqlite.insert(_SERIES)
+            .on_conflict_do_nothing(index_elements=["project_id", "fingerprint"])
+            .returning(_SERIES.c.fingerprint, _SERIES.c.id)
+        )
+        params = [
+            {
+                "project_id": project_id,
+                "metric": item.metric,
+                "labels": item.labels,
+                "fingerprint": item.fingerprint,
+                "kind": item.kind.value,
+            }
+            for item in items
+        ]
+        rows = connection.execute(statement, params)
+    return {row.fingerprint: row.id for row in rows}
+
+
+def _lock_project(connection: Connection, project_id: int) -> None:
+    """Serialize series creation of one project until this transaction ends, so that counting
+    and inserting cannot interleave with another writer's and overshoot the cap."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(
+            text("SELECT pg_advisory_xact_lock(:namespace, :project_id)"),
+            {"namespace": _SERIES_LOCK_NAMESPACE, "project_id": project_id},
+        )
+    else:
+        # SQLite has one writer at a time: a write that touches no row still takes the
+        # database's write lock now (waiting up to busy_timeout), before we count.
+        connection.execute(text("DELETE FROM series WHERE 0"))
+
+
+# ---------------------------------------------------------------------- sample storage
+
+
+def _copy_postgres(
+    connection: Connection, work: list[tuple[int, Sequence[datetime], Sequence[float]]]
+) -> None:
+    driver = cast("psycopg.Connection[Any]", connection.connection.driver_connection)
+    with driver.cursor() as cursor, cursor.copy(_COPY_SQL) as copy:
+        copy.set_types(_COPY_TYPES)
+        write_row = copy.write_row
+        for series_id, timestamps, values in work:
+            # zip/repeat build the row tuples in C and deque(maxlen=0) drains map() without a
+            # Python-level loop: the per-sample cost is psycopg's C encoder and nothing else.
+            deque(map(write_row, zip(repeat(series_id), timestamps, values)), maxlen=0)
+
+
+def _insert_sqlite(
+    connection: Connection, work: list[tuple[int, Sequence[datetime], Sequence[float]]]
+) -> None:
+    driver = cast(sqlite3.Connection, connection.connection.driver_connection)
+    rows = chain.from_iterable(
+        zip(repeat(series_id), map(_micros, timestamps), values)
+        for series_id, timestamps, values in work
+    )
+    cursor = driver.cursor()
+    try:
+        # One executemany streams every row through one prepared statement, in the
+        # transaction the engine opened (committed by the caller's ``begin()``).
+        cursor.executemany(_SQLITE_INSERT, rows)
+    finally:
+        cursor.close()
+
+
+def _micros(ts: datetime) -> int:
+    # Exact integer microseconds, the representation UTCDateTime uses on SQLite.
+    return (ts - _EPOCH) // _MICROSECOND
+
+
+# ---------------------------------------------------------------------- partitions
+
+
+def _needed_partitions(accepted: list[_Accepted], partition_days: int) -> set[int]:
+    needed: set[int] = set()
+    for item in accepted:
+        first = partition_index(item.first, partition_days)
+        last = partition_index(item.last, partition_days)
+        if first == last:
+            needed.add(first)
+        else:
+            # Only a batch crossing a boundary pays a per-sample look, and only for its own
+            # partitions: a stray old sample must not create every partition in between.
+            needed.update(partition_index(ts, partition_days) for ts in item.timestamps)
+    return needed
+
+
+def _runs(indexes: list[int], longest: int) -> Iterable[tuple[int, int]]:
+    """Consecutive stretches of sorted ``indexes`` as (first, last), none longer than
+    ``longest``."""
+    start = previous = indexes[0]
+    for index in indexes[1:]:
+        if index != previous + 1 or index - start >= longest:
+            yield start, previous
+            start = index
+        previous = index
+    yield start, previous
