@@ -20,6 +20,7 @@ from api.observability import ApiMetrics
 from api.schemas import ErrorBody, Page
 from tuneloop import accounts
 from tuneloop.runtime import Runtime
+from tuneloop.storage import session_scope
 from tuneloop.storage.models import ApiToken, Project
 
 API_PREFIX = "/api/v1"
@@ -61,15 +62,8 @@ MetricsDep = Annotated[ApiMetrics, Depends(get_metrics)]
 def get_session(runtime: RuntimeDep) -> Iterator[Session]:
     """One session per request, committed when the route returns without error (before the
     response is sent) and rolled back otherwise."""
-    session = runtime.sessions()
-    try:
+    with session_scope(runtime.sessions) as session:
         yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
 
 
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
