@@ -233,3 +233,24 @@ def test_worker_and_beat_need_redis(command: str, monkeypatch: pytest.MonkeyPatc
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith(f"tuneloop: `tuneloop {command}` needs Redis")
+
+
+def test_retention_task_creates_the_next_partition_ahead(postgres_server_url: str) -> None:
+    from tests.conftest import reset_postgres
+    from tuneloop.storage import make_engine
+    from tuneloop.storage.models import metadata
+    from tuneloop.storage.timeseries.partitions import list_partitions, partition_start
+    from tuneloop.storage.types import utcnow
+
+    reset_postgres(postgres_server_url)
+    engine = make_engine(postgres_server_url)
+    metadata.create_all(engine)
+    configure(load_settings(database_url=postgres_server_url, partition_days=1))
+    maintenance.run_retention()
+    maintenance.run_retention()  # idempotent
+    with engine.connect() as connection:
+        lowers = {p.lower for p in list_partitions(connection)}
+    today = partition_start(utcnow(), 1)
+    assert today in lowers
+    assert today + timedelta(days=1) in lowers
+    engine.dispose()

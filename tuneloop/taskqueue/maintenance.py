@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from datetime import timedelta
 
 from tuneloop.runtime import Runtime
 from tuneloop.settings import get_settings
@@ -63,16 +64,24 @@ def run_rollups() -> None:
 
 
 def run_retention() -> None:
-    """Drop raw samples and rollups older than their retention."""
+    """Drop raw samples and rollups older than their retention, and create the next samples
+    partition ahead of time so writers do not all stop to create it when the day turns."""
+    from tuneloop.storage.timeseries.partitions import ensure_partitions
     from tuneloop.storage.timeseries.retention import apply_retention
 
     runtime = task_runtime()
     settings = runtime.settings
+    now = utcnow()
     result = apply_retention(
         runtime.engine,
-        now=utcnow(),
+        now=now,
         retention_days=settings.retention_days,
         rollup_retention_days=settings.rollup_retention_days,
         partition_days=settings.partition_days,
     )
     log.info("retention applied: %s", result)
+    ahead = now + timedelta(days=settings.partition_days)
+    with runtime.engine.begin() as connection:
+        created = ensure_partitions(connection, now, ahead, settings.partition_days)
+    if created:
+        log.info("created samples partitions ahead of time: %s", ", ".join(created))
