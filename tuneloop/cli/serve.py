@@ -24,6 +24,9 @@ def _configure_logging(settings: Settings) -> None:
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if settings.log_level != "debug":
+        # Alembic narrates every migration step at INFO; start-up output should stay short.
+        logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 def _serve(runtime: Runtime) -> None:
