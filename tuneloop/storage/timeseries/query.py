@@ -80,23 +80,43 @@ _NEEDED: dict[Aggregation, tuple[str, ...]] = {
 }
 
 
+class TooManySeries(ValueError):
+    """A selector matches more series than the caller allows in one answer."""
+
+    def __init__(self, max_series: int) -> None:
+        super().__init__(
+            f"the selector matches more than {max_series} series; narrow it with more matchers"
+        )
+        self.max_series = max_series
+
+
 # --------------------------------------------------------------------------- series
 
 
 def find_series(
-    bind: Bind, project_id: int, metric: str | None, matchers: Sequence[Matcher] = ()
+    bind: Bind,
+    project_id: int,
+    metric: str | None,
+    matchers: Sequence[Matcher] = (),
+    *,
+    max_series: int | None = None,
 ) -> list[SeriesInfo]:
     """Series of ``project_id`` named ``metric`` (any name if ``None``) whose labels satisfy
-    every matcher. Ordered by metric, then id."""
-    with _connection(bind) as connection:
+    every matcher. Ordered by metric, then id. Raises :class:`TooManySeries` if more than
+    ``max_series`` match (reading at most one more than that)."""
+    with use_connection(bind) as connection:
         conditions = series_conditions(connection.dialect.name, project_id, metric, matchers)
         statement = (
             select(_series.c.id, _series.c.metric, _series.c.labels, _series.c.kind)
             .where(*conditions)
             .order_by(_series.c.metric, _series.c.id)
         )
-        with _regex_errors():
+        if max_series is not None:
+            statement = statement.limit(max_series + 1)
+        with regex_errors():
             rows = connection.execute(statement).all()
+    if max_series is not None and len(rows) > max_series:
+        raise TooManySeries(max_series)
     return [_series_info(row) for row in rows]
 
 
@@ -153,7 +173,7 @@ def _regex_match(dialect: str, value: ColumnElement[str], matcher: Matcher) -> C
 
 
 @contextmanager
-def _regex_errors() -> Iterator[None]:
+def regex_errors() -> Iterator[None]:
     # A pattern Python accepts can still be one PostgreSQL's ARE engine rejects.
     try:
         yield
@@ -170,7 +190,7 @@ def _series_info(row: Row[*tuple[Any, ...]]) -> SeriesInfo:
 
 
 @contextmanager
-def _connection(bind: Bind) -> Iterator[Connection]:
+def use_connection(bind: Bind) -> Iterator[Connection]:
     if isinstance(bind, Connection):
         yield bind
     else:
@@ -203,16 +223,19 @@ def query_range(
     aggregation: Aggregation,
     q: float | None = None,
     use_rollups: bool = True,
+    max_series: int | None = None,
 ) -> list[RangeSeries]:
     """Samples in ``[start, end)`` of each matching series, aggregated into buckets of
     ``step_s`` seconds aligned to epoch multiples of ``step_s`` (the first bucket may start
     before ``start``; it aggregates only samples from ``start`` on). Series without samples in
-    the range are left out; points are sorted by bucket start."""
+    the range are left out; points are sorted by bucket start. Raises :class:`TooManySeries`,
+    before reading any sample, if more than ``max_series`` series match."""
     aggregation = Aggregation(aggregation)
     _check_range(start, end, step_s, aggregation, q)
-    with _connection(bind) as connection:
+    with use_connection(bind) as connection:
         dialect = connection.dialect.name
-        found = {info.id: info for info in find_series(connection, project_id, metric, matchers)}
+        matching = find_series(connection, project_id, metric, matchers, max_series=max_series)
+        found = {info.id: info for info in matching}
         if not found:
             return []
         ids = select(_series.c.id).where(*series_conditions(dialect, project_id, metric, matchers))
@@ -223,7 +246,7 @@ def query_range(
             tiers = _tiers(connection, step_s) if use_rollups else []
             segments = _plan(start, end, tiers)
             statement = _merged_statement(dialect, ids, segments, step_s, aggregation)
-        with _regex_errors():
+        with regex_errors():
             rows = connection.execute(statement).all()
     return _range_series(found, rows)
 
@@ -231,16 +254,22 @@ def query_range(
 def _check_range(
     start: datetime, end: datetime, step_s: int, aggregation: Aggregation, q: float | None
 ) -> None:
-    _check_aware(start, end)
-    if end <= start:
-        raise ValueError(f"end {end.isoformat()} must be after start {start.isoformat()}")
-    if step_s <= 0:
-        raise ValueError(f"step_s must be a positive number of seconds, got {step_s}")
+    check_range(start, end, step_s)
     if aggregation is Aggregation.QUANTILE:
         if q is None or not 0.0 <= q <= 1.0:
             raise ValueError(f"quantile needs q in [0, 1], got {q}")
     elif q is not None:
         raise ValueError(f"q is only meaningful for quantile, not {aggregation.value}")
+
+
+def check_range(start: datetime, end: datetime, step_s: int) -> None:
+    """Raise ``ValueError`` unless ``[start, end)`` at ``step_s`` is a valid range query of
+    at most :data:`MAX_POINTS_PER_SERIES` points per series."""
+    _check_aware(start, end)
+    if end <= start:
+        raise ValueError(f"end {end.isoformat()} must be after start {start.isoformat()}")
+    if step_s <= 0:
+        raise ValueError(f"step_s must be a positive number of seconds, got {step_s}")
     step_us = step_s * 1_000_000
     points = (to_micros(end) - 1) // step_us - to_micros(start) // step_us + 1
     if points > MAX_POINTS_PER_SERIES:
@@ -377,15 +406,22 @@ def latest(
     matchers: Sequence[Matcher] = (),
     *,
     since: datetime | None = None,
+    max_series: int | None = None,
 ) -> list[LatestSample]:
     """The newest sample of each matching series (at or after ``since`` if given, which on
-    PostgreSQL also keeps older partitions out of the scan). Series without one are left out."""
+    PostgreSQL also keeps older partitions out of the scan). Series without one are left out.
+    Raises :class:`TooManySeries` if more than ``max_series`` series have one."""
     if since is not None:
         _check_aware(since)
-    with _connection(bind) as connection:
+    with use_connection(bind) as connection:
         statement = latest_statement(connection.dialect.name, project_id, metric, matchers, since)
-        with _regex_errors():
+        if max_series is not None:
+            # Stops probing after one series too many instead of probing every match.
+            statement = statement.limit(max_series + 1)
+        with regex_errors():
             rows = connection.execute(statement).all()
+    if max_series is not None and len(rows) > max_series:
+        raise TooManySeries(max_series)
     return [LatestSample(_series_info(row), row.ts, float(row.value)) for row in rows]
 
 

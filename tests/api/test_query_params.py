@@ -1,0 +1,118 @@
+"""The series API's parameter parsers: PromQL matchers, times, durations."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from api.query_params import parse_duration, parse_matcher, parse_time
+from tuneloop.storage.timeseries.types import Matcher, MatchOp
+
+MATCHERS = [
+    ('gpu="0"', Matcher("gpu", MatchOp.EQ, "0")),
+    (' job =~ "train.*" ', Matcher("job", MatchOp.RE, "train.*")),
+    ('gpu!="1"', Matcher("gpu", MatchOp.NE, "1")),
+    ("host!~`node-\\d+`", Matcher("host", MatchOp.NRE, "node-\\d+")),  # raw: no escapes
+    ("x='it\\'s'", Matcher("x", MatchOp.EQ, "it's")),
+    ('x="a\\"b\\\\c\\n"', Matcher("x", MatchOp.EQ, 'a"b\\c\n')),
+    ('x="\\xe2\\x82\\xac \\u00e9 \\101 \\U0001F600"', Matcher("x", MatchOp.EQ, "€ é A 😀")),
+    ('"k8s.pod"="p-1"', Matcher("k8s.pod", MatchOp.EQ, "p-1")),
+    ('__name__=~"DCGM_.*"', Matcher("__name__", MatchOp.RE, "DCGM_.*")),
+    ('x=""', Matcher("x", MatchOp.EQ, "")),
+    ('x="=~!~,}{"', Matcher("x", MatchOp.EQ, "=~!~,}{")),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), MATCHERS)
+def test_parse_matcher(text: str, expected: Matcher) -> None:
+    assert parse_matcher(text) == expected
+
+
+BAD_MATCHERS = [
+    ("gpu=0", "must be a quoted string"),
+    ("gpu", "expected one of =, !=, =~, !~"),
+    ('="0"', "expected a label name"),
+    ('0gpu="0"', "expected a label name"),
+    ('{gpu="0"}', "expected a label name"),
+    ('gpu="0",job="x"', "give one matcher per match"),
+    ('gpu="0', "unterminated string"),
+    ("gpu=`0", "unterminated raw string"),
+    ('gpu="0\n"', "newline"),
+    ('gpu="\\q"', "unknown escape \\q"),
+    ('gpu="\\x4"', "needs 2 hex digits"),
+    ('gpu="\\xff"', "valid UTF-8"),
+    ('gpu="\\ud800"', "not a Unicode character"),
+    ('gpu="\\400"', "invalid octal escape"),
+    ('gpu=~"("', "invalid regular expression"),
+    ('""="x"', "empty label name"),
+    ('gpu="' + "x" * 5000 + '"', "at most 4096 characters"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BAD_MATCHERS)
+def test_parse_matcher_rejects(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("\\", "\\\\").replace("(", r"\(")):
+        parse_matcher(text)
+
+
+T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1709294400", T0),
+        ("1709294400.25", T0.replace(microsecond=250_000)),
+        ("1709294400.0000004", T0),
+        ("2024-03-01T12:00:00Z", T0),
+        ("2024-03-01t12:00:00z", T0),
+        ("2024-03-01 13:30:00+01:30", T0),
+        ("2024-03-01T12:00:00.123456789Z", T0.replace(microsecond=123_456)),
+    ],
+)
+def test_parse_time(text: str, expected: datetime) -> None:
+    assert parse_time(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("2024-03-01", "expected an RFC 3339 time"),
+        ("2024-03-01T12:00:00", "expected an RFC 3339 time"),  # no offset: ambiguous
+        ("now", "expected an RFC 3339 time"),
+        ("1e9", "expected an RFC 3339 time"),
+        ("nan", "expected an RFC 3339 time"),
+        ("2024-02-30T00:00:00Z", "not a valid time"),
+        ("99999999999999999", "not a valid time"),
+        ("0001-01-01T00:00:00Z", "not between 1900 and 9000"),
+    ],
+)
+def test_parse_time_rejects(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_time(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30", 30), ("30.0", 30), ("30s", 30), ("5m", 300), ("1h30m", 5400), ("1d", 86400),
+     ("1w", 604800), ("2000ms", 2), ("1m30s500ms", None), ("365d", 31_536_000)],
+)  # fmt: skip
+def test_parse_duration(text: str, seconds: int | None) -> None:
+    if seconds is None:
+        with pytest.raises(ValueError, match="whole number of seconds"):
+            parse_duration(text)
+    else:
+        assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("0", "more than 0"), ("0s", "more than 0"), ("-5", "expected seconds or a duration"),
+     ("1.5", "whole number"), ("1500ms", "whole number"), ("5m1h", "expected seconds"),
+     ("", "expected seconds"), ("m", "expected seconds"), ("30 s", "expected seconds"),
+     ("366d", "at most 365d"), ("9" * 100, "at most 64 characters")],
+)  # fmt: skip
+def test_parse_duration_rejects(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_duration(text)
