@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from api.observability import ApiMetrics
 from api.schemas import ErrorBody, Page
+from collector.pipeline import Pipeline
 from tuneloop import accounts
 from tuneloop.runtime import Runtime
 from tuneloop.storage import session_scope
@@ -48,6 +49,17 @@ def get_runtime(request: Request) -> Runtime:
 
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+
+def get_pipeline(request: Request) -> Pipeline:
+    """The write pipeline shared by every receiver of this process (see ``api.main``)."""
+    pipeline = getattr(request.app.state, "pipeline", None)
+    if not isinstance(pipeline, Pipeline):
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the service is starting")
+    return pipeline
+
+
+PipelineDep = Annotated[Pipeline, Depends(get_pipeline)]
 
 
 def get_metrics(request: Request) -> ApiMetrics:

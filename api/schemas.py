@@ -182,6 +182,20 @@ class CheckResult(BaseModel):
     error: str | None = None
 
 
+class CollectorCheck(BaseModel):
+    """One source of a collector running in this process (host, GPUs, exporters)."""
+
+    ok: bool | None = Field(description="None until its first poll")
+    last_error: str | None = None
+    last_success_at: datetime | None = None
+    consecutive_failures: int = 0
+
+
 class HealthOut(BaseModel):
     status: Literal["ok", "degraded"]
     checks: dict[str, CheckResult]
+    collectors: dict[str, CollectorCheck] = Field(
+        default_factory=dict,
+        description="Sources polled by this process; a failing one makes the status "
+        "degraded but never the response 503",
+    )

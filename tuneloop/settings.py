@@ -50,7 +50,25 @@ class Settings(BaseSettings):
     collect_interval_s: float = Field(default=15.0, gt=0)
     """How often the host collector polls."""
 
+    batch_max_samples: int = Field(default=50_000, ge=1)
+    """The collector pipeline writes as soon as this many samples wait (and no more at once)."""
+    flush_interval_s: float = Field(default=1.0, gt=0)
+    """...or when the oldest waiting sample has waited this long."""
+    queue_max_samples: int = Field(default=500_000, ge=1)
+    """Samples the pipeline holds in memory; past it, submissions are refused (HTTP 503)."""
+    spool_dir: Path | None = None
+    """Where samples wait on disk while the store is unreachable. Unset: ``data_dir/spool``."""
+    spool_max_bytes: int = Field(default=1024**3, ge=1024 * 1024)
+    """Disk the spool may use per process."""
+    store_retry_max_s: float = Field(default=30.0, gt=0)
+    """Longest wait between attempts to reach an unreachable store."""
+    relabel_config: Path | None = None
+    """YAML or JSON file of relabel rules applied to every collected series."""
+
     default_project: str = "default"
+
+    otlp_max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    """Largest OTLP/HTTP request body accepted, on the wire and once decompressed (413 above)."""
 
     @field_validator("database_url")
     @classmethod
@@ -66,6 +84,10 @@ class Settings(BaseSettings):
         if value.lower() not in allowed:
             raise ValueError(f"must be one of {', '.join(sorted(allowed))}")
         return value.lower()
+
+    @property
+    def resolved_spool_dir(self) -> Path:
+        return self.spool_dir if self.spool_dir is not None else self.data_dir / "spool"
 
     @property
     def resolved_database_url(self) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.routes import health, jobs, metrics, projects, tokens
+from api.routes import health, jobs, metrics, otlp, projects, series, tokens
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -16,4 +16,6 @@ ROUTERS: tuple[APIRouter, ...] = (
     projects.router,
     tokens.router,
     jobs.router,
+    series.router,
+    otlp.router,
 )

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from api.deps import RuntimeDep
 from api.schemas import HealthOut
-from api.services.health import check_health
+from api.services.health import check_health, dependencies_up
+from collector.status import StatusBoard
 
 router = APIRouter(tags=["health"])
 
@@ -16,11 +17,18 @@ router = APIRouter(tags=["health"])
     "/healthz",
     response_model=HealthOut,
     responses={503: {"model": HealthOut, "description": "A configured dependency is down"}},
-    summary="Database and Redis reachability",
+    summary="Database and Redis reachability, and the health of this process's collectors",
 )
-def healthz(runtime: RuntimeDep) -> JSONResponse:
+def healthz(runtime: RuntimeDep, request: Request) -> JSONResponse:
     """200 when every configured dependency answers; 503 (``degraded``) when the database, or a
-    configured Redis, does not."""
-    health = check_health(runtime.engine, runtime.settings.redis_url)
-    code = 200 if health.status == "ok" else 503
+    configured Redis, does not.
+
+    ``collectors`` lists the sources polled by this process (``tuneloop up``). A failing source
+    (GPU gone, exporter down) makes the status ``degraded`` but the response stays 200: it is
+    retried with backoff while the others go on, and restarting the process would not help.
+    """
+    board = getattr(request.app.state, "collector_status", None)
+    sources = board.snapshot() if isinstance(board, StatusBoard) else []
+    health = check_health(runtime.engine, runtime.settings.redis_url, sources)
+    code = 200 if dependencies_up(health) else 503
     return JSONResponse(health.model_dump(mode="json"), status_code=code)

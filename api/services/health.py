@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import redis
 from sqlalchemy import Engine
 
-from api.schemas import CheckResult, HealthOut
+from api.schemas import CheckResult, CollectorCheck, HealthOut
+from collector.status import SourceStatus
 from tuneloop.storage import DatabaseUnavailable, check_database
 
 REDIS_TIMEOUT_S = 2.0
@@ -43,7 +45,31 @@ def check_redis(url: str | None) -> CheckResult:
     return CheckResult(ok=True, latency_ms=_elapsed_ms(started))
 
 
-def check_health(engine: Engine, redis_url: str | None) -> HealthOut:
+def collector_checks(sources: Sequence[SourceStatus]) -> dict[str, CollectorCheck]:
+    return {
+        source.name: CollectorCheck(
+            ok=source.ok,
+            last_error=source.last_error,
+            last_success_at=source.last_success_at,
+            consecutive_failures=source.consecutive_failures,
+        )
+        for source in sources
+    }
+
+
+def check_health(
+    engine: Engine, redis_url: str | None, sources: Sequence[SourceStatus] = ()
+) -> HealthOut:
     checks = {"database": check_db(engine), "redis": check_redis(redis_url)}
-    healthy = all(check.ok is not False for check in checks.values())
-    return HealthOut(status="ok" if healthy else "degraded", checks=checks)
+    collectors = collector_checks(sources)
+    healthy = all(check.ok is not False for check in checks.values()) and all(
+        collector.ok is not False for collector in collectors.values()
+    )
+    return HealthOut(status="ok" if healthy else "degraded", checks=checks, collectors=collectors)
+
+
+def dependencies_up(health: HealthOut) -> bool:
+    """Whether every configured dependency answers. A failing collector source does not count:
+    restarting this process would not bring a GPU or an exporter back, and the samples of the
+    other sources and of the receivers still flow."""
+    return all(check.ok is not False for check in health.checks.values())

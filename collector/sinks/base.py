@@ -1,4 +1,4 @@
-"""The one contract every sink follows."""
+"""The one contract every sink follows, and the one error that means "try again later"."""
 
 from __future__ import annotations
 
@@ -8,7 +8,15 @@ from typing import Protocol
 from tuneloop.storage.timeseries.types import SeriesBatch, WriteResult
 
 
+class SinkUnavailable(Exception):
+    """The store cannot be reached right now; nothing of this write was kept. The pipeline
+    spools the batches and retries later. Any other exception from :meth:`Sink.write` is
+    permanent for those batches: they are counted as rejected and not retried."""
+
+
 class Sink(Protocol):
-    def write(self, batches: Sequence[SeriesBatch]) -> WriteResult:
-        """Write the batches; raise only when nothing could be written (to retry later)."""
+    def write(self, project_id: int, batches: Sequence[SeriesBatch]) -> WriteResult:
+        """Write ``batches`` into ``project_id``'s series. Bad input is reported in the
+        result, never raised; raise :class:`SinkUnavailable` when nothing could be written
+        because the store is unreachable."""
         ...

@@ -11,7 +11,12 @@ from collector.points import Point
 
 class Source(Protocol):
     """A source is polled by the runner. ``collect`` returns what it could read: a source that
-    fails partly returns the rest and raises nothing for partial failures."""
+    fails partly returns the rest and raises nothing for partial failures.
+
+    When ``start`` or ``collect`` raises, the runner reports the source as failing, calls
+    ``shutdown`` and, after a backoff, ``start`` again before the next ``collect``: a source
+    must be restartable (a GPU that fell off the bus needs fresh handles). ``name`` is unique
+    among the sources of one runner."""
 
     name: str
 

@@ -1,10 +1,10 @@
-"""Long-running commands: ``up`` (everything in one process), ``api`` and ``collector``."""
+"""Long-running commands: ``up`` (everything in one process), ``api`` and ``collect``."""
 
 from __future__ import annotations
 
 import logging
 import signal
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,7 +13,16 @@ from tuneloop.cli.common import fail, open_runtime, settings_or_fail
 from tuneloop.runtime import Runtime
 from tuneloop.settings import Settings
 
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from collector.pipeline import Pipeline
+    from collector.status import StatusBoard
+
 log = logging.getLogger("tuneloop")
+
+STOP_TIMEOUT_S = 10.0
+"""How long a stopping process keeps trying to write what waits; the rest stays spooled."""
 
 HostOption = Annotated[str | None, typer.Option(help="Address to listen on [env TUNELOOP_HOST]")]
 PortOption = Annotated[int | None, typer.Option(help="Port to listen on [env TUNELOOP_PORT]")]
@@ -29,14 +38,14 @@ def _configure_logging(settings: Settings) -> None:
         logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
-def _serve(runtime: Runtime) -> None:
+def _serve(runtime: Runtime, pipeline: Pipeline, board: StatusBoard | None = None) -> None:
     import uvicorn
 
     from api.main import create_app
 
     settings = runtime.settings
     config = uvicorn.Config(
-        create_app(runtime),
+        create_app(runtime, pipeline, collector_status=board),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
@@ -62,6 +71,20 @@ class _Stopped(Exception):
 
 def _raise_stopped(*_: object) -> None:
     raise _Stopped
+
+
+def _pipeline(runtime: Runtime, registry: CollectorRegistry) -> Pipeline:
+    """The process's one write pipeline, not started yet: built first thing, so that a bad
+    relabel config ends the command before anything else happens."""
+    from collector.relabel import RelabelConfigError
+    from collector.service import build_pipeline
+
+    try:
+        pipeline = build_pipeline(runtime, registry=registry)
+    except RelabelConfigError as exc:
+        runtime.close()
+        fail(str(exc))
+    return pipeline
 
 
 def _migrate(runtime: Runtime) -> None:
@@ -93,14 +116,19 @@ def _project_id(runtime: Runtime, name: str) -> int:
 def up(host: HostOption = None, port: PortOption = None) -> None:
     """Run the whole control plane in one process: API, in-process tasks and host collector.
 
-    On the embedded default this needs no servers: the store is a SQLite file.
+    On the embedded default this needs no servers: the store is a SQLite file. The collector
+    and the API's receivers share one write pipeline (one queue, one spool).
     """
+    from prometheus_client import CollectorRegistry
+
     from collector.service import build_collector
+    from collector.status import StatusBoard
     from tuneloop.taskqueue.inprocess import InProcessRunner
 
     settings = settings_or_fail(host=host, port=port)
     _configure_logging(settings)
     runtime = open_runtime(settings)
+    pipeline = _pipeline(runtime, CollectorRegistry())
     _migrate(runtime)
     project_id, secret = _default_project(runtime)
     base = f"http://{settings.host}:{settings.port}"
@@ -114,14 +142,19 @@ def up(host: HostOption = None, port: PortOption = None) -> None:
         typer.echo("             (shown once; create more with: tuneloop token create)")
     typer.echo("Press Ctrl-C to stop.")
 
+    board = StatusBoard()
     tasks = InProcessRunner.for_settings(settings)
-    collector = build_collector(runtime, project_id, interval_s=settings.collect_interval_s)
+    collector = build_collector(
+        pipeline, project_id, interval_s=settings.collect_interval_s, board=board
+    )
+    pipeline.start()
     tasks.start()
     collector.start()
     try:
-        _serve(runtime)
+        _serve(runtime, pipeline, board)
     finally:
         collector.stop()
+        pipeline.stop(timeout_s=STOP_TIMEOUT_S)
         tasks.stop()
         runtime.close()
         typer.echo("tuneloop stopped.")
@@ -130,38 +163,65 @@ def up(host: HostOption = None, port: PortOption = None) -> None:
 @app.command()
 def api(host: HostOption = None, port: PortOption = None) -> None:
     """Run the API process alone (migrate first with: tuneloop db upgrade)."""
+    from prometheus_client import CollectorRegistry
+
     settings = settings_or_fail(host=host, port=port)
     _configure_logging(settings)
     runtime = open_runtime(settings)
+    pipeline = _pipeline(runtime, CollectorRegistry())
+    pipeline.start()
     try:
-        _serve(runtime)
+        _serve(runtime, pipeline)
     finally:
+        pipeline.stop(timeout_s=STOP_TIMEOUT_S)
         runtime.close()
 
 
 @app.command()
-def collector(
+def collect(
     project: Annotated[
-        str | None, typer.Option(help="Project whose series receive the samples")
+        str | None,
+        typer.Option(
+            help="Project whose series receive the samples (default: TUNELOOP_DEFAULT_PROJECT)"
+        ),
     ] = None,
     interval: Annotated[
         float | None, typer.Option(help="Seconds between polls [env TUNELOOP_COLLECT_INTERVAL_S]")
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(help="Serve the collector's own metrics on this port (/metrics)"),
+    ] = None,
 ) -> None:
-    """Run the host collector alone, writing into the store."""
+    """Run the collectors alone, writing into the store (--database-url). Several may run
+    at once against one PostgreSQL."""
     import threading
+
+    from prometheus_client import CollectorRegistry, start_http_server
 
     from collector.service import build_collector
 
     settings = settings_or_fail(collect_interval_s=interval)
     _configure_logging(settings)
     runtime = open_runtime(settings)
+    registry = CollectorRegistry()
+    pipeline = _pipeline(runtime, registry)
     project_id = _project_id(runtime, project or settings.default_project)
-    runner = build_collector(runtime, project_id, interval_s=settings.collect_interval_s)
+    server = None
+    if metrics_port is not None:
+        try:
+            server, _ = start_http_server(metrics_port, addr=settings.host, registry=registry)
+        except OSError as exc:
+            runtime.close()
+            fail(f"cannot serve metrics on {settings.host}:{metrics_port}: {exc.strerror}")
+    runner = build_collector(pipeline, project_id, interval_s=settings.collect_interval_s)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    pipeline.start()
     runner.start()
     typer.echo(f"collecting every {settings.collect_interval_s:g}s; Ctrl-C to stop")
+    if server is not None:
+        typer.echo(f"  metrics    http://{settings.host}:{metrics_port}/metrics")
     try:
         while not stop.wait(1.0):
             pass
@@ -169,6 +229,9 @@ def collector(
         pass
     finally:
         runner.stop()
+        pipeline.stop(timeout_s=STOP_TIMEOUT_S)
+        if server is not None:
+            server.shutdown()
         runtime.close()
 
 

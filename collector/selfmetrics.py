@@ -1,0 +1,129 @@
+"""The collector's own metrics, on a registry passed in (the API app's, so they show on its
+``/metrics``; or the one ``tuneloop collect --metrics-port`` serves).
+
+Every accepted sample ends up counted exactly once as written or rejected; until then it is in
+``queue_depth`` (memory) or in the spool (``spool_bytes``). Rejection reasons are a small fixed
+set, so the label cannot grow with bad input.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Final
+from weakref import WeakKeyDictionary
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from tuneloop.storage.timeseries.types import Rejection
+
+REASONS: Final = (
+    "invalid",  # the store refused the batch's shape (names, lengths, timestamps, values)
+    "nan",  # NaN values, which the store does not keep
+    "series_limit",  # the project's series cap refused a new series
+    "unknown_project",  # the project was deleted while its samples waited
+    "relabel_drop",  # a relabel rule (keep/drop) dropped the series on purpose
+    "queue_full",  # PipelineFull: the caller was told to retry later
+    "write_failed",  # the store raised a permanent (not connection) error
+    "shutdown_lost",  # memory could not be spooled when the process stopped
+)
+
+WRITE_BUCKETS: Final = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+
+_BY_REGISTRY: WeakKeyDictionary[CollectorRegistry, CollectorMetrics] = WeakKeyDictionary()
+_BY_REGISTRY_LOCK = threading.Lock()
+
+
+def rejection_reason(rejection: Rejection) -> str:
+    """The metric label of a store rejection. The writer's reasons are sentences for people;
+    these prefixes are the ones it uses for its two non-shape reasons."""
+    text = rejection.reason
+    if text.startswith("series limit reached"):
+        return "series_limit"
+    if "NaN value" in text:
+        return "nan"
+    if text.startswith("unknown project"):
+        return "unknown_project"
+    return "invalid"
+
+
+class CollectorMetrics:
+    """Counters of the pipeline and gauges of its buffers, plus per-source health."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.received = Counter(
+            "tuneloop_collector_points_received",
+            "Samples handed to the pipeline (before relabelling).",
+            registry=r,
+        )
+        self.written = Counter(
+            "tuneloop_collector_points_written", "Samples committed to the store.", registry=r
+        )
+        self.rejected = Counter(
+            "tuneloop_collector_points_rejected",
+            "Samples not stored, by reason; never retried.",
+            ["reason"],
+            registry=r,
+        )
+        self.spooled = Counter(
+            "tuneloop_collector_points_spooled",
+            "Samples written to the on-disk spool while the store was unreachable.",
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "tuneloop_collector_queue_depth", "Samples waiting in memory.", registry=r
+        )
+        self.spool_bytes = Gauge(
+            "tuneloop_collector_spool_bytes", "Bytes in the spool not yet replayed.", registry=r
+        )
+        self.write_duration = Histogram(
+            "tuneloop_collector_write_duration_seconds",
+            "Time of one write to the store (successful or not).",
+            buckets=WRITE_BUCKETS,
+            registry=r,
+        )
+        self.source_errors = Counter(
+            "tuneloop_collector_source_errors",
+            "Failed polls, by source.",
+            ["source"],
+            registry=r,
+        )
+        self.source_up = Gauge(
+            "tuneloop_collector_source_up",
+            "1 when the source's last poll succeeded, 0 when it failed.",
+            ["source"],
+            registry=r,
+        )
+        for reason in REASONS:  # present at 0 from the start, so rate() works on the first one
+            self.rejected.labels(reason=reason)
+
+    @classmethod
+    def for_registry(cls, registry: CollectorRegistry | None) -> CollectorMetrics:
+        """The metrics on ``registry``, created once: a second pipeline on the same registry
+        (an app started twice in tests) shares them instead of failing on duplicate names."""
+        if registry is None:
+            return cls()
+        with _BY_REGISTRY_LOCK:
+            found = _BY_REGISTRY.get(registry)
+            if found is None:
+                found = _BY_REGISTRY[registry] = cls(registry)
+            return found
+
+    def reject(self, reason: str, samples: int) -> None:
+        if samples > 0:
+            self.rejected.labels(reason=reason).inc(samples)

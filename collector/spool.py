@@ -1,0 +1,575 @@
+"""The on-disk spool: where accepted samples wait while the store is unreachable.
+
+Layout: ``<root>/slot-N/`` directories, each leased by one process through an exclusive
+``flock`` on ``slot-N/lock`` (released by the kernel when the process dies, so a crashed
+process's slot is picked up and replayed by the next one to start). A slot holds numbered,
+append-only segment files and an ``ack`` file naming how far replay has committed.
+
+A segment starts with :data:`MAGIC`; each record is ``<u32 length><u32 crc32><payload>`` and
+holds one submission (a project id and its batches). Payload:
+
+    <u32 n><n bytes of JSON: {"p": project_id, "b": [[metric, labels, kind, count], ...]}>
+    then, per batch, ``count`` little-endian int64 epoch microseconds and ``count`` float64
+    values.
+
+No pickle: a spool file is data, whoever wrote it. A record is flushed and fsync'ed before
+:meth:`Spool.append` returns, so what it accepted survives a crash of the process (and of the
+machine). A crash in the middle of an append leaves a torn last record; its checksum exposes it
+and it is cut off at the next start (it was never acknowledged to anyone).
+
+Replay is at-least-once: the ``ack`` file is advanced after each committed write, so a crash
+between the commit and the ack repeats that one group, nothing more.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import struct
+import sys
+import threading
+import zlib
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from tuneloop.storage.timeseries.types import Rejection, SeriesBatch, SeriesKind
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"TLSPOOL1"
+SEGMENT_SUFFIX = ".seg"
+MAX_SLOTS = 64
+DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
+
+_RECORD = struct.Struct("<II")  # payload length, crc32 of the payload
+_U32 = struct.Struct("<I")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_KINDS = frozenset(kind.value for kind in SeriesKind)
+_SWAP = sys.byteorder != "little"  # records are little-endian on every machine
+
+
+class SpoolFull(Exception):
+    """The spool cannot take this record (size limit, no free slot, or a disk error)."""
+
+
+class SpoolCorrupt(Exception):
+    """A record failed its checksum or could not be decoded."""
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(slots=True)
+class Encoded:
+    """One record ready to append, and what it holds."""
+
+    data: bytes
+    samples: int
+    rejected: list[Rejection] = field(default_factory=list)
+
+
+def encode_record(project_id: int, batches: Sequence[SeriesBatch]) -> Encoded:
+    """The record of one submission. A batch that cannot be represented (wrong types, naive
+    timestamps, unequal lengths) is left out and reported as rejected, exactly as the store
+    would refuse it; empty batches are left out silently."""
+    header: list[list[Any]] = []
+    arrays: list[bytes] = []
+    rejected: list[Rejection] = []
+    samples = 0
+    for batch in batches:
+        encoded = _encode_batch(batch)
+        if isinstance(encoded, Rejection):
+            rejected.append(encoded)
+            continue
+        entry, timestamps, values = encoded
+        if not entry[3]:
+            continue
+        header.append(entry)
+        arrays.append(timestamps)
+        arrays.append(values)
+        samples += entry[3]
+    if not header:
+        return Encoded(b"", 0, rejected)
+    meta = json.dumps({"p": project_id, "b": header}, separators=(",", ":")).encode()
+    payload = b"".join([_U32.pack(len(meta)), meta, *arrays])
+    record = _RECORD.pack(len(payload), zlib.crc32(payload)) + payload
+    return Encoded(record, samples, rejected)
+
+
+def _encode_batch(batch: SeriesBatch) -> tuple[list[Any], bytes, bytes] | Rejection:
+    metric, labels, kind = batch.metric, batch.labels, batch.kind
+    try:
+        count = len(batch.values)
+        if len(batch.timestamps) != count:
+            raise ValueError("timestamps and values must pair one to one")
+        if not isinstance(metric, str):
+            raise TypeError("metric name must be a string")
+        if not isinstance(labels, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+        ):
+            raise TypeError("labels must be a mapping of strings to strings")
+        if kind not in _KINDS:
+            raise ValueError(f"unknown kind {kind!r}")
+        # Subtracting the epoch raises TypeError for naive datetimes and non-datetimes.
+        timestamps = array("q", [(ts - _EPOCH) // _MICROSECOND for ts in batch.timestamps])
+        values = array("d", batch.values)
+    except (TypeError, ValueError, OverflowError) as exc:
+        size = _size(batch)
+        return Rejection(str(metric), {}, size, f"invalid batch: {exc}")
+    if _SWAP:
+        timestamps.byteswap()
+        values.byteswap()
+    entry = [metric, dict(labels), str(kind), count]
+    return entry, timestamps.tobytes(), values.tobytes()
+
+
+def decode_record(payload: bytes) -> tuple[int, list[SeriesBatch]]:
+    """(project id, batches) of one record's payload (checksum already verified)."""
+    try:
+        (meta_len,) = _U32.unpack_from(payload, 0)
+        meta = json.loads(payload[4 : 4 + meta_len])
+        project_id = int(meta["p"])
+        position = 4 + meta_len
+        batches = []
+        for metric, labels, kind, count in meta["b"]:
+            width = 8 * count
+            timestamps = array("q")
+            timestamps.frombytes(payload[position : position + width])
+            values = array("d")
+            values.frombytes(payload[position + width : position + 2 * width])
+            position += 2 * width
+            if len(timestamps) != count or len(values) != count:
+                raise ValueError("record shorter than its header says")
+            if _SWAP:
+                timestamps.byteswap()
+                values.byteswap()
+            batches.append(
+                SeriesBatch(
+                    metric,
+                    labels,
+                    [_EPOCH + timedelta(microseconds=us) for us in timestamps],
+                    values.tolist(),
+                    SeriesKind(kind),
+                )
+            )
+    except (ValueError, KeyError, TypeError, struct.error) as exc:
+        raise SpoolCorrupt(f"undecodable spool record: {exc}") from exc
+    return project_id, batches
+
+
+def _size(batch: SeriesBatch) -> int:
+    try:
+        return max(len(batch.values), len(batch.timestamps))
+    except TypeError:
+        return 0
+
+
+# --------------------------------------------------------------------------- the spool
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    segment: int
+    offset: int
+
+
+@dataclass(slots=True)
+class SpoolGroup:
+    """Consecutive records of one project, read for replay; :meth:`Spool.ack` it once its
+    write committed."""
+
+    project_id: int
+    batches: list[SeriesBatch]
+    samples: int
+    end: Position
+
+
+class Spool:
+    """Append-only, size-bounded, crash-safe queue of records on disk.
+
+    ``append`` may be called from any thread; ``read_group``/``ack`` from one replaying thread
+    at a time. Nothing touches the disk until the first append, or until :meth:`open` finds
+    a slot left with data by an earlier process.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        max_bytes: int,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        store: str = "",
+        fsync: bool = True,
+    ) -> None:
+        if max_bytes <= 0 or segment_bytes <= 0:
+            raise ValueError("max_bytes and segment_bytes must be positive")
+        self.root = Path(root)
+        self.max_bytes = max_bytes
+        self.segment_bytes = min(segment_bytes, max_bytes)
+        self._store = store
+        self._fsync = fsync
+        self._lock = threading.Lock()
+        self._slot: Path | None = None
+        self._lock_fd: int | None = None
+        self._sizes: dict[int, int] = {}  # segment number -> bytes on disk, in order
+        self._active: int | None = None  # the segment appends go to
+        self._active_file: Any = None
+        self._cursor: Position | None = None  # first byte not yet replayed
+        self._closed = False
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def slot(self) -> Path | None:
+        """The slot directory this process leases (``None`` until it needs one)."""
+        return self._slot
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes written and not yet replayed."""
+        with self._lock:
+            return self._pending_bytes()
+
+    @property
+    def empty(self) -> bool:
+        with self._lock:
+            return self._pending_bytes() == 0
+
+    def _pending_bytes(self) -> int:
+        if self._cursor is None:
+            return 0
+        total = sum(self._sizes.values())
+        done = sum(size for seq, size in self._sizes.items() if seq < self._cursor.segment)
+        return total - done - self._cursor.offset
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self) -> bool:
+        """Lease a slot that an earlier process left with data for this store, if any, so
+        that it is replayed first. Returns whether there is data to replay."""
+        with self._lock:
+            if self._slot is None and self.root.is_dir():
+                self._claim(with_data=True)
+            return self._pending_bytes() > 0
+
+    def close(self) -> None:
+        """Release the slot (its data stays for the next process). Idempotent."""
+        with self._lock:
+            self._closed = True
+            if self._active_file is not None:
+                self._active_file.close()
+                self._active_file = None
+            if self._slot is not None and self._pending_bytes() == 0:
+                self._remove_all_segments()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)  # releases the flock
+                self._lock_fd = None
+            self._slot = None
+
+    # ------------------------------------------------------------------ append
+
+    def append(self, project_id: int, batches: Sequence[SeriesBatch]) -> Encoded:
+        """Write one record durably, or raise :class:`SpoolFull` having written nothing.
+        Batches that cannot be represented are left out and returned as rejected."""
+        encoded = encode_record(project_id, batches)
+        if not encoded.samples:
+            return encoded
+        with self._lock:
+            if self._closed:
+                raise SpoolFull("the spool is closed")
+            if self._slot is None and not self._claim(with_data=False):
+                raise SpoolFull(f"no free spool slot under {self.root}")
+            if self._pending_bytes() + len(encoded.data) > self.max_bytes:
+                raise SpoolFull(
+                    f"the spool is full ({self._pending_bytes()} of {self.max_bytes} bytes)"
+                )
+            self._write(encoded.data)
+        return encoded
+
+    def _write(self, data: bytes) -> None:
+        try:
+            file = self._segment_for(len(data))
+        except OSError as exc:
+            raise SpoolFull(f"cannot create a spool segment: {exc}") from exc
+        assert self._active is not None
+        offset = self._sizes[self._active]
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[file.write(view) :]
+            if self._fsync:
+                os.fsync(file.fileno())
+        except OSError as exc:
+            # Disk full or failing: cut the partial record so the segment stays readable.
+            try:
+                file.truncate(offset)
+                file.seek(offset)
+            except OSError:
+                log.exception("cannot truncate spool segment after a failed write")
+            raise SpoolFull(f"cannot write the spool: {exc}") from exc
+        self._sizes[self._active] = offset + len(data)
+        if self._cursor is None:
+            self._cursor = Position(self._active, len(MAGIC))
+
+    def _segment_for(self, size: int) -> Any:
+        if self._active is not None:
+            current = self._sizes[self._active]
+            if current == len(MAGIC) or current + size <= self.segment_bytes:
+                return self._active_file
+            self._active_file.close()
+            self._active_file = None
+        assert self._slot is not None
+        number = max(self._sizes, default=0) + 1
+        path = self._slot / f"{number:016d}{SEGMENT_SUFFIX}"
+        file = open(path, "xb", buffering=0)  # noqa: SIM115 - kept open across appends
+        file.write(MAGIC)
+        if self._fsync:
+            os.fsync(file.fileno())
+            _fsync_dir(self._slot)
+        self._active, self._active_file = number, file
+        self._sizes[number] = len(MAGIC)
+        return file
+
+    # ------------------------------------------------------------------ replay
+
+    def read_group(self, max_samples: int) -> SpoolGroup | None:
+        """The oldest records not yet replayed, of one project, up to about ``max_samples``
+        (at least one record); ``None`` when everything has been replayed."""
+        with self._lock:
+            self._skip_finished()
+            if self._cursor is None or self._slot is None:
+                return None
+            cursor, end = self._cursor, self._sizes[self._cursor.segment]
+            path = self._segment_path(cursor.segment)
+        # Appends only ever extend the file past ``end``; reading without the lock is safe.
+        group: SpoolGroup | None = None
+        with open(path, "rb") as file:
+            file.seek(cursor.offset)
+            offset = cursor.offset
+            while offset < end and (group is None or group.samples < max_samples):
+                try:
+                    payload = _read_record(file, end - offset)
+                    project_id, batches = decode_record(payload)
+                except SpoolCorrupt as exc:
+                    self._cut(cursor.segment, offset, exc)
+                    break
+                if group is not None and project_id != group.project_id:
+                    break
+                offset += _RECORD.size + len(payload)
+                samples = sum(len(batch.values) for batch in batches)
+                if group is None:
+                    group = SpoolGroup(project_id, [], 0, Position(cursor.segment, offset))
+                group.batches.extend(batches)
+                group.samples += samples
+                group.end = Position(cursor.segment, offset)
+        if group is None:
+            # Only a corrupt tail was left in this segment: move on to the next one.
+            return self.read_group(max_samples) if not self.empty else None
+        return group
+
+    def ack(self, group: SpoolGroup) -> None:
+        """Record that ``group`` is committed in the store; finished segments are deleted."""
+        with self._lock:
+            self._cursor = group.end
+            self._skip_finished()
+            self._save_ack()
+
+    def _skip_finished(self) -> None:
+        """Delete fully replayed segments and move the cursor to the next unread byte."""
+        while self._cursor is not None:
+            seq = self._cursor.segment
+            if self._cursor.offset < self._sizes.get(seq, 0):
+                return
+            if seq == self._active:
+                # All caught up: drop the active segment too; the next append starts afresh.
+                if self._active_file is not None:
+                    self._active_file.close()
+                self._active, self._active_file = None, None
+            self._unlink(seq)
+            later = [number for number in self._sizes if number > seq]
+            self._cursor = Position(min(later), len(MAGIC)) if later else None
+        if self._slot is not None:
+            self._remove_ack()
+
+    def _cut(self, segment: int, offset: int, exc: Exception) -> None:
+        with self._lock:
+            lost = self._sizes[segment] - offset
+            log.error(
+                "spool segment %s is corrupt at byte %d (%s); skipping its last %d bytes",
+                self._segment_path(segment),
+                offset,
+                exc,
+                lost,
+            )
+            self._sizes[segment] = offset
+            if segment == self._active and self._active_file is not None:
+                self._active_file.truncate(offset)
+                self._active_file.seek(offset)
+
+    # ------------------------------------------------------------------ slots
+
+    def _claim(self, *, with_data: bool) -> bool:
+        """Lease the first free slot (with data for this store, when ``with_data``)."""
+        if not with_data:
+            self.root.mkdir(parents=True, exist_ok=True)
+        for index in range(MAX_SLOTS):
+            path = self.root / f"slot-{index}"
+            has_data = _has_segments(path)
+            if with_data and not has_data:
+                continue
+            path.mkdir(exist_ok=True)
+            fd = os.open(path / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            owner = _read_text(path / "store")
+            if has_data and owner and owner != self._store:
+                log.warning(
+                    "spool slot %s holds samples for another store (%s); leaving it alone",
+                    path,
+                    owner,
+                )
+                os.close(fd)
+                continue
+            self._adopt(path, fd)
+            return True
+        return False
+
+    def _adopt(self, path: Path, fd: int) -> None:
+        self._slot, self._lock_fd = path, fd
+        (path / "store").write_text(self._store)
+        for segment in sorted(path.glob(f"*{SEGMENT_SUFFIX}")):
+            try:
+                number = int(segment.stem)
+            except ValueError:
+                continue
+            self._sizes[number] = segment.stat().st_size
+        ack = _read_ack(path / "ack")
+        for number in [n for n in self._sizes if ack is not None and n < ack.segment]:
+            self._unlink(number)
+        if self._sizes:
+            first = min(self._sizes)
+            offset = ack.offset if ack is not None and ack.segment == first else len(MAGIC)
+            self._cursor = Position(first, offset)
+            self._repair()
+            self._skip_finished()
+            if self._cursor is not None:
+                log.warning(
+                    "spool slot %s holds %d bytes from an earlier run; replaying them first",
+                    path,
+                    self._pending_bytes(),
+                )
+
+    def _repair(self) -> None:
+        """Cut a torn tail (a crash mid-append) off the newest segment. Only the newest can be
+        torn: older ones were complete when the next was started. Corruption elsewhere (a
+        failing disk) is caught by the checksums when the records are read."""
+        number = max(self._sizes)
+        path = self._segment_path(number)
+        with open(path, "rb") as file:
+            if file.read(len(MAGIC)) != MAGIC:
+                # Torn while being created; holds no record.
+                good = len(MAGIC)
+            else:
+                good = _valid_prefix(file, self._sizes[number])
+        if good < self._sizes[number]:
+            log.warning("cutting %d torn bytes off the end of %s", self._sizes[number] - good, path)
+            with open(path, "r+b") as file:
+                file.truncate(good)
+        self._sizes[number] = good
+
+    # ------------------------------------------------------------------ files
+
+    def _segment_path(self, number: int) -> Path:
+        assert self._slot is not None
+        return self._slot / f"{number:016d}{SEGMENT_SUFFIX}"
+
+    def _unlink(self, number: int) -> None:
+        self._sizes.pop(number, None)
+        self._segment_path(number).unlink(missing_ok=True)
+
+    def _remove_all_segments(self) -> None:
+        for number in list(self._sizes):
+            self._unlink(number)
+        self._remove_ack()
+
+    def _save_ack(self) -> None:
+        if self._slot is None or self._cursor is None:
+            return
+        temporary = self._slot / "ack.tmp"
+        with open(temporary, "w") as file:
+            json.dump({"segment": self._cursor.segment, "offset": self._cursor.offset}, file)
+            file.flush()
+            if self._fsync:
+                os.fsync(file.fileno())
+        os.replace(temporary, self._slot / "ack")
+        if self._fsync:
+            _fsync_dir(self._slot)
+
+    def _remove_ack(self) -> None:
+        assert self._slot is not None
+        (self._slot / "ack").unlink(missing_ok=True)
+
+
+def _read_record(file: Any, available: int) -> bytes:
+    header = file.read(_RECORD.size)
+    if len(header) < _RECORD.size or available < _RECORD.size:
+        raise SpoolCorrupt("truncated record header")
+    length, crc = _RECORD.unpack(header)
+    if length > available - _RECORD.size:
+        raise SpoolCorrupt("record longer than the segment")
+    payload: bytes = file.read(length)
+    if len(payload) != length or zlib.crc32(payload) != crc:
+        raise SpoolCorrupt("checksum mismatch")
+    return payload
+
+
+def _valid_prefix(file: Any, size: int) -> int:
+    """Length of the leading part of a segment made of whole, checksummed records."""
+    offset = len(MAGIC)
+    while offset < size:
+        try:
+            payload = _read_record(file, size - offset)
+        except SpoolCorrupt:
+            break
+        offset += _RECORD.size + len(payload)
+    return offset
+
+
+def _has_segments(path: Path) -> bool:
+    return path.is_dir() and any(path.glob(f"*{SEGMENT_SUFFIX}"))
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
+def _read_ack(path: Path) -> Position | None:
+    try:
+        data = json.loads(path.read_text())
+        return Position(int(data["segment"]), int(data["offset"]))
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError):
+        log.warning("ignoring unreadable %s: replay starts at the oldest segment", path)
+        return None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
