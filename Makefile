@@ -21,6 +21,7 @@ up: $(VENV)/.installed
 ## Install and run the whole test suite: lint, types, and tests on real PostgreSQL and SQLite.
 test: $(VENV)/.installed
 	.ci/ensure-services
+	.ci/ensure-tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

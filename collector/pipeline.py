@@ -29,6 +29,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from prometheus_client import CollectorRegistry
 
@@ -157,10 +158,12 @@ class Pipeline:
         """All or nothing: either every batch is accepted (queued in memory or spooled to
         disk, and from then on never lost) or :class:`PipelineFull` is raised and nothing is
         kept. The pipeline owns the batches from here: do not change them afterwards."""
-        self.metrics.received.inc(_samples(batches))
+        received = _samples(batches)
+        self.metrics.received.inc(received)
         kept, dropped = self._relabeler.apply(batches)
         self.metrics.reject("relabel_drop", dropped)
-        samples = _samples(kept)
+        # Without rules the batches pass as they are: no need to count them again.
+        samples = _samples(kept) if self._relabeler else received
         if not samples:
             return
         item = _Item(project_id, kept, samples, time.monotonic())
@@ -453,7 +456,16 @@ class Pipeline:
                 self._spool.close()
 
 
-def _samples(batches: Iterable[SeriesBatch]) -> int:
+_VALUES = attrgetter("values")
+_TIMESTAMPS = attrgetter("timestamps")
+
+
+def _samples(batches: Sequence[SeriesBatch]) -> int:
+    # In C: a receiver hands over a batch per series, often of one sample each.
+    try:
+        return sum(map(max, map(len, map(_VALUES, batches)), map(len, map(_TIMESTAMPS, batches))))
+    except TypeError:  # a batch without lengths: counted as none, below
+        pass
     total = 0
     for batch in batches:
         try:

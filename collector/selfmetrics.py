@@ -14,13 +14,16 @@ from weakref import WeakKeyDictionary
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from tuneloop.storage.timeseries.types import Rejection
+from tuneloop.storage.timeseries.types import Rejection, RejectionCode
+
+OTHER_REJECTION: Final = "other"
+"""The label of a rejection whose code is not a :class:`RejectionCode` (a third-party sink)."""
 
 REASONS: Final = (
-    "invalid",  # the store refused the batch's shape (names, lengths, timestamps, values)
-    "nan",  # NaN values, which the store does not keep
-    "series_limit",  # the project's series cap refused a new series
-    "unknown_project",  # the project was deleted while its samples waited
+    # The store's rejections, labelled by their code (see RejectionCode)...
+    *(code.value for code in RejectionCode),
+    OTHER_REJECTION,
+    # ...and the pipeline's own reasons.
     "relabel_drop",  # a relabel rule (keep/drop) dropped the series on purpose
     "queue_full",  # PipelineFull: the caller was told to retry later
     "write_failed",  # the store raised a permanent (not connection) error
@@ -47,17 +50,13 @@ _BY_REGISTRY: WeakKeyDictionary[CollectorRegistry, CollectorMetrics] = WeakKeyDi
 _BY_REGISTRY_LOCK = threading.Lock()
 
 
+_STORE_CODES: Final = frozenset(code.value for code in RejectionCode)
+
+
 def rejection_reason(rejection: Rejection) -> str:
-    """The metric label of a store rejection. The writer's reasons are sentences for people;
-    these prefixes are the ones it uses for its two non-shape reasons."""
-    text = rejection.reason
-    if text.startswith("series limit reached"):
-        return "series_limit"
-    if "NaN value" in text:
-        return "nan"
-    if text.startswith("unknown project"):
-        return "unknown_project"
-    return "invalid"
+    """The metric label of a store rejection: its code, kept to the known set so that the
+    label's values cannot grow with whatever a sink puts there."""
+    return rejection.code if rejection.code in _STORE_CODES else OTHER_REJECTION
 
 
 class CollectorMetrics:

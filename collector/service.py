@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
 from prometheus_client import CollectorRegistry
 
 from collector.pipeline import Pipeline, PipelineConfig
@@ -10,6 +13,8 @@ from collector.relabel import Relabeler, load_rules
 from collector.runner import CollectorRunner
 from collector.selfmetrics import CollectorMetrics
 from collector.sinks.store import StoreSink
+from collector.sources import SourceSpecError, build_sources
+from collector.sources.auto import AUTO, Detection, detect_sources, expand_auto, kind_of, uses_auto
 from collector.sources.base import Source
 from collector.spool import Spool
 from collector.status import StatusBoard
@@ -56,6 +61,54 @@ def build_pipeline(runtime: Runtime, *, registry: CollectorRegistry | None = Non
     )
 
 
+@dataclass(frozen=True, slots=True)
+class SourcePlan:
+    """The sources a collector runs, and each one's poll interval (by source name)."""
+
+    sources: list[Source]
+    intervals: dict[str, float]
+    gpu_choice: str | None = None
+    """With ``auto``: which GPU source it chose and why, for the caller to log once start-up
+    has passed its other checks (so that their errors stay the only output)."""
+
+    def describe(self) -> str:
+        """One line for a start-up banner: ``host every 15s, nvml every 10s``."""
+        return ", ".join(f"{name} every {s:g}s" for name, s in self.intervals.items()) or "none"
+
+
+def interval_for(source_name: str, settings: Settings) -> float:
+    """The poll interval of a source by its kind: GPUs every ``gpu_interval_s``, scraped
+    exporters every ``scrape_interval_s``, the host and InfiniBand every ``collect_interval_s``."""
+    kind = kind_of(source_name)
+    if kind in ("nvml", "dcgm"):
+        return settings.gpu_interval_s
+    if kind == "scrape":
+        return settings.scrape_interval_s
+    return settings.collect_interval_s
+
+
+def plan_sources(
+    settings: Settings, *, detect: Callable[[], Detection] = detect_sources
+) -> SourcePlan:
+    """The sources named by ``settings.sources``, ``auto`` detected by ``detect()``.
+
+    Raises :class:`collector.sources.SourceSpecError` (one line) for a bad spec. Builds the
+    sources without starting them: no GPU or network is touched beyond ``auto``'s probes.
+    """
+    specs = list(settings.sources)
+    for spec in specs:
+        if kind_of(spec) == AUTO and spec.strip().lower() != AUTO:
+            raise SourceSpecError(f"{spec!r}: auto takes no value")
+    gpu_choice = None
+    if uses_auto(specs):
+        detection = detect()
+        gpu_choice = f"GPU source: {detection.gpu_source or 'none'} ({detection.gpu_reason})"
+        specs = expand_auto(specs, detection)
+    sources = build_sources(specs, dcgm_update_interval_s=settings.gpu_interval_s)
+    intervals = {source.name: interval_for(source.name, settings) for source in sources}
+    return SourcePlan(sources, intervals, gpu_choice)
+
+
 def default_sources() -> list[Source]:
     """The sources a collector runs when none are given: this host."""
     from collector.sources.host import HostSource
@@ -69,14 +122,17 @@ def build_collector(
     *,
     interval_s: float,
     sources: list[Source] | None = None,
+    intervals: Mapping[str, float] | None = None,
     board: StatusBoard | None = None,
 ) -> CollectorRunner:
     """A runner polling ``sources`` (default: :func:`default_sources`) into ``pipeline`` for
-    ``project_id``. Start the pipeline before the runner and stop it after."""
+    ``project_id``, each every ``intervals[name]`` seconds or else ``interval_s`` (see
+    :func:`plan_sources`). Start the pipeline before the runner and stop it after."""
     return CollectorRunner(
         sources if sources is not None else default_sources(),
         pipeline,
         project_id,
         interval_s=interval_s,
+        intervals=intervals,
         board=board,
     )

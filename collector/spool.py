@@ -38,7 +38,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from tuneloop.storage.timeseries.types import Rejection, SeriesBatch, SeriesKind
+from tuneloop.storage.timeseries.types import Rejection, RejectionCode, SeriesBatch, SeriesKind
 
 log = logging.getLogger(__name__)
 
@@ -105,24 +105,32 @@ def encode_record(project_id: int, batches: Sequence[SeriesBatch]) -> Encoded:
 
 def _encode_batch(batch: SeriesBatch) -> tuple[list[Any], bytes, bytes] | Rejection:
     metric, labels, kind = batch.metric, batch.labels, batch.kind
+    # Each step names the code of what it checks, so that the one handler below reports it.
+    code = RejectionCode.INVALID_BATCH
     try:
         count = len(batch.values)
         if len(batch.timestamps) != count:
+            code = RejectionCode.LENGTH_MISMATCH
             raise ValueError("timestamps and values must pair one to one")
         if not isinstance(metric, str):
+            code = RejectionCode.INVALID_METRIC
             raise TypeError("metric name must be a string")
         if not isinstance(labels, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
         ):
+            code = RejectionCode.INVALID_LABELS
             raise TypeError("labels must be a mapping of strings to strings")
         if kind not in _KINDS:
+            code = RejectionCode.INVALID_KIND
             raise ValueError(f"unknown kind {kind!r}")
         # Subtracting the epoch raises TypeError for naive datetimes and non-datetimes.
+        code = RejectionCode.INVALID_TIMESTAMP
         timestamps = array("q", [(ts - _EPOCH) // _MICROSECOND for ts in batch.timestamps])
+        code = RejectionCode.INVALID_VALUE
         values = array("d", batch.values)
     except (TypeError, ValueError, OverflowError) as exc:
         size = _size(batch)
-        return Rejection(str(metric), {}, size, f"invalid batch: {exc}")
+        return Rejection(str(metric), {}, size, f"invalid batch: {exc}", code)
     if _SWAP:
         timestamps.byteswap()
         values.byteswap()

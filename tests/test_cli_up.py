@@ -50,6 +50,11 @@ def test_up_serves_healthz_within_10_seconds_and_stops_on_ctrl_c(tmp_path: Path)
         output, _ = process.communicate(timeout=20)
     assert process.returncode == 0, output
     assert "token      tl_" in output
+    assert f"OTLP       http://127.0.0.1:{port}/v1/metrics\n" in output
+    assert f"http://127.0.0.1:{port}/v1/traces  (step timings: docs/step-timing.md)" in output
+    # The default sources are auto: this host (plus a GPU source on a GPU node), said why.
+    assert "sources    host every 0.5s" in output
+    assert "GPU source: " in output
     assert "Traceback" not in output
     assert (tmp_path / "data" / "tuneloop.db").exists()
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ from tuneloop.cli import _register_commands, app
 from tuneloop.settings import ENV_PREFIX, Settings
 
 ROOT = Path(__file__).resolve().parents[1]
+PROMETHEUS_CONFIG = ROOT / "dashboards/prometheus/prometheus.yml"
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
@@ -123,12 +127,57 @@ def test_tuneloop_services_use_known_settings_and_the_image() -> None:
     assert "pip install /src" in dockerfile
 
 
-def test_prometheus_scrapes_the_api() -> None:
-    config = yaml.safe_load((ROOT / "dashboards/prometheus/prometheus.yml").read_text())
-    (job,) = config["scrape_configs"]
-    assert job["metrics_path"] == "/metrics"
-    assert job["static_configs"][0]["targets"] == ["api:8000"]
-    assert SERVICES["api"]["environment"]["TUNELOOP_PORT"] == "8000"
+def served_ports(service: dict[str, Any]) -> set[int]:
+    """The ports other containers can reach ``service`` on, as far as the file tells: the
+    container side of ``ports`` and ``expose``, and for a tuneloop process listening beyond
+    loopback (TUNELOOP_HOST 0.0.0.0), its TUNELOOP_PORT (API) and ``--metrics-port``."""
+    ports = {int(str(entry).split("/")[0].split(":")[-1]) for entry in service.get("ports", [])}
+    ports |= {int(str(entry).split("/")[0]) for entry in service.get("expose", [])}
+    environment = service.get("environment") or {}
+    if command_of(service)[:1] == ["tuneloop"] and environment.get("TUNELOOP_HOST") == "0.0.0.0":
+        if "TUNELOOP_PORT" in environment:
+            ports.add(int(environment["TUNELOOP_PORT"]))
+        command = command_of(service)
+        if "--metrics-port" in command:
+            ports.add(int(command[command.index("--metrics-port") + 1]))
+    return ports
+
+
+def test_prometheus_scrapes_services_and_ports_that_exist() -> None:
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert {"tuneloop-api", "tuneloop-collector"} <= set(jobs)
+    scraped = set()
+    for name, job in jobs.items():
+        assert job.get("metrics_path", "/metrics") == "/metrics", name
+        for static in job["static_configs"]:
+            for target in static["targets"]:
+                host, _, port = target.partition(":")
+                assert host in SERVICES, f"{name} scrapes {target}: no service {host!r}"
+                served = served_ports(SERVICES[host])
+                assert int(port) in served, f"{name} scrapes {target}; {host} serves {served}"
+                scraped.add(host)
+    assert {"api", "collector"} <= scraped
+    assert "prometheus" in SERVICES and "./dashboards/prometheus/prometheus.yml" in {
+        source for service, source, _ in host_mounts() if service == "prometheus"
+    }
+
+
+def test_prometheus_config_passes_promtool() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        message = "promtool not found (.ci/ensure-tools installs it)"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(message)
+        pytest.skip(message)
+    result = subprocess.run(
+        [promtool, "check", "config", str(PROMETHEUS_CONFIG)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
 
 
 def test_grafana_provisioning() -> None:

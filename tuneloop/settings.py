@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import platformdirs
 from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "TUNELOOP_"
 
@@ -47,8 +47,17 @@ class Settings(BaseSettings):
     maintenance_interval_s: float = Field(default=60.0, gt=0)
     """How often rollups and retention run."""
 
+    sources: Annotated[tuple[str, ...], NoDecode] = ("auto",)
+    """What the collector polls: specs such as ``host``, ``nvml``, ``dcgm[=HOST[:PORT]]``,
+    ``scrape=URL``, ``infiniband[=PATH]`` (comma-separated in the environment), or ``auto``:
+    this host, its InfiniBand ports if any, and its GPUs through DCGM or else NVML if any.
+    Checked when a collector starts (see ``collector.sources``)."""
     collect_interval_s: float = Field(default=15.0, gt=0)
-    """How often the host collector polls."""
+    """How often the host and InfiniBand sources poll."""
+    gpu_interval_s: float = Field(default=10.0, gt=0)
+    """How often the GPU sources (DCGM, NVML) poll; also DCGM's field update interval."""
+    scrape_interval_s: float = Field(default=30.0, gt=0)
+    """How often ``scrape=URL`` sources poll (dcgm-exporter's own collection interval)."""
 
     batch_max_samples: int = Field(default=50_000, ge=1)
     """The collector pipeline writes as soon as this many samples wait (and no more at once)."""
@@ -75,6 +84,19 @@ class Settings(BaseSettings):
     def _check_database_url(cls, value: str) -> str:
         if value and not value.startswith(("sqlite", "postgresql")):
             raise ValueError("must be a sqlite:// or postgresql:// URL")
+        return value
+
+    @field_validator("sources", mode="before")
+    @classmethod
+    def _split_sources(cls, value: object) -> object:
+        # The environment gives one string; CLI flags give one spec per --source.
+        if isinstance(value, str):
+            value = value.split(",")
+        if isinstance(value, list | tuple):
+            specs = tuple(str(spec).strip() for spec in value)
+            if not any(specs):
+                raise ValueError("must name at least one source, or auto")
+            return tuple(spec for spec in specs if spec)
         return value
 
     @field_validator("log_level")

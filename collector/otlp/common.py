@@ -8,9 +8,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from tuneloop.storage.timeseries.types import SeriesBatch, SeriesKind
+
+if TYPE_CHECKING:
+    from collector.otlp.series_cache import KnownSeries, SeriesKey
 
 EARLIEST: Final = datetime(2000, 1, 1, tzinfo=UTC)
 """Samples before this are refused: a zero or garbage clock, not history worth keeping."""
@@ -88,7 +91,10 @@ class SeriesBuilder:
 
     def __init__(self, max_series: int) -> None:
         self.max_series = max_series
-        self._series: dict[tuple[str, tuple[tuple[str, str], ...]], SeriesBatch] = {}
+        self._series: dict[SeriesKey, SeriesBatch] = {}
+        self.lists_of: dict[KnownSeries, tuple[list[datetime], list[float]]] = {}
+        """The timestamps and values of each batch by the KnownSeries (compared by identity)
+        that fed it: the fast path's lookup, which never hashes labels."""
 
     def add_point(self, samples: Sequence[Sample]) -> None:
         """Add all of ``samples`` (one data point's worth) or none of them (``Rejected``)."""
@@ -107,6 +113,32 @@ class SeriesBuilder:
             assert isinstance(batch.timestamps, list) and isinstance(batch.values, list)
             batch.timestamps.append(sample.ts)
             batch.values.append(sample.value)
+
+    def lists(self, series: KnownSeries, kind: SeriesKind) -> tuple[list[datetime], list[float]]:
+        """:meth:`add_point` for the points of a series whose labels were computed before
+        (metric ``series.key[0]``, one sample a point): the timestamps and values of its batch,
+        made if needed (``Rejected`` past the cap), to append to; :attr:`lists_of` then has
+        them. The same grouping and the same cap as :meth:`add_point`."""
+        timestamps: list[datetime] = []
+        values: list[float] = []
+        # The labels are shared with the cache: batches are never changed downstream.
+        new = SeriesBatch(series.key[0], series.labels, timestamps, values, kind)
+        size = len(self._series)
+        # setdefault hashes the key (a tuple: its hash is not cached) once, not twice; the
+        # batch made for nothing when the series is there already is the rare case.
+        batch = self._series.setdefault(series.key, new)
+        if batch is new:
+            if size >= self.max_series:
+                del self._series[series.key]
+                raise Rejected(
+                    "too_many_series",
+                    f"the request would create more than {self.max_series} series",
+                )
+        else:
+            assert isinstance(batch.timestamps, list) and isinstance(batch.values, list)
+            timestamps, values = batch.timestamps, batch.values
+        lists = self.lists_of[series] = (timestamps, values)
+        return lists
 
     def batches(self) -> list[SeriesBatch]:
         return list(self._series.values())

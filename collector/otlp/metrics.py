@@ -24,7 +24,7 @@ summary with no observations in its window), which are skipped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -54,10 +54,17 @@ from collector.otlp.labels import (
     attribute_labels,
     check_labels,
     format_float,
-    resource_labels,
     scope_labels,
 )
 from collector.otlp.names import NameKind, metric_name
+from collector.otlp.series_cache import (
+    SKIP,
+    KnownSeries,
+    LabelCache,
+    ScopeKey,
+    SeriesKey,
+)
+from collector.otlp.wire import from_object, has_no_time_or_value, number_points
 from tuneloop.storage.timeseries.types import SeriesBatch, SeriesKind
 from tuneloop.storage.timeseries.writer import MAX_METRIC_LENGTH
 
@@ -65,6 +72,7 @@ _DELTA: Final = AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA
 _CUMULATIVE: Final = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
 _NO_RECORDED_VALUE: Final = DataPointFlags.DATA_POINT_FLAGS_NO_RECORDED_VALUE_MASK
 _LONGEST_SUFFIX: Final = len("_bucket")
+_MISSING_VALUE: Final = "the data point has neither as_double nor as_int"
 
 Labels = Mapping[str, str]
 
@@ -88,27 +96,40 @@ def map_metrics(
     now: datetime,
     max_series: int,
     deltas: DeltaAccumulator,
+    cache: LabelCache | None = None,
 ) -> MappedMetrics:
-    """The series batches of ``request`` for ``project_id`` and what was rejected, and why."""
-    return _Mapper(project_id, now, max_series, deltas).run(request)
+    """The series batches of ``request`` for ``project_id`` and what was rejected, and why.
+    ``cache`` keeps labels from one request to the next (the receiver's); without, the labels
+    of each series are still computed once per request."""
+    cache = cache if cache is not None else LabelCache()
+    return _Mapper(project_id, now, max_series, deltas, cache).run(request)
 
 
 class _Mapper:
     def __init__(
-        self, project_id: int, now: datetime, max_series: int, deltas: DeltaAccumulator
+        self,
+        project_id: int,
+        now: datetime,
+        max_series: int,
+        deltas: DeltaAccumulator,
+        cache: LabelCache,
     ) -> None:
         self.project_id = project_id
         self.now = now
         self.deltas = deltas
+        self.cache = cache
         self.builder = SeriesBuilder(max_series)
         self.rejections = Rejections()
         self.points = 0
+        # Points of one request mostly share a few timestamps (every point of one collection
+        # has the same): convert and bound-check each distinct one once.
+        self.times: dict[int, datetime] = {}
 
     def run(self, request: ExportMetricsServiceRequest) -> MappedMetrics:
         for resource_metrics in request.resource_metrics:
+            resource_key = resource_metrics.resource.SerializeToString()
             try:
-                resource = resource_labels(resource_metrics.resource.attributes)
-                check_labels(resource)
+                resource = self.cache.resource(resource_key, resource_metrics.resource)
             except Rejected as exc:
                 count = sum(
                     _point_count(metric)
@@ -119,29 +140,38 @@ class _Mapper:
                 self.rejections.add(exc.reason, f"resource: {exc.message}", count)
                 continue
             for scope_metrics in resource_metrics.scope_metrics:
-                base = resource | scope_labels(scope_metrics.scope)
+                scope = scope_metrics.scope
+                base = resource | scope_labels(scope)
+                scope_key = (resource_key, scope.name, scope.version)
                 for metric in scope_metrics.metrics:
-                    self._metric(metric, base)
+                    self._metric(metric, base, scope_key)
         return MappedMetrics(self.builder.batches(), self.points, self.rejections)
 
-    def _metric(self, metric: Metric, base: Labels) -> None:
+    def _metric(self, metric: Metric, base: Labels, scope_key: ScopeKey) -> None:
         data = metric.WhichOneof("data")
         if data is None:
             return  # no data points to store or to reject
+        name = metric_name(metric.name, metric.unit, _name_kind(metric, data))
+        points = getattr(metric, data).data_points
+        if not name or len(name) + _LONGEST_SUFFIX > MAX_METRIC_LENGTH:
+            self.points += len(points)
+            if points:
+                self.rejections.add(
+                    "invalid_metric_name",
+                    f"metric {metric.name[:100]!r}: the name is empty or longer than "
+                    f"{MAX_METRIC_LENGTH} characters",
+                    len(points),
+                )
+            return
+        if data == "gauge" or data == "sum":
+            self._numbers(metric, data, name, points, base, scope_key)
+            return
         handler: Callable[[Metric, str, Any, Labels], list[Sample]] = getattr(
             self, f"_{data}_point"
         )
-        kind = _name_kind(metric, data)
-        name = metric_name(metric.name, metric.unit, kind)
-        points = getattr(metric, data).data_points
         for point in points:
             self.points += 1
             try:
-                if not name or len(name) + _LONGEST_SUFFIX > MAX_METRIC_LENGTH:
-                    raise Rejected(
-                        "invalid_metric_name",
-                        f"the name is empty or longer than {MAX_METRIC_LENGTH} characters",
-                    )
                 if point.flags & _NO_RECORDED_VALUE:
                     continue
                 labels = {**base, **attribute_labels(point.attributes)}
@@ -152,22 +182,107 @@ class _Mapper:
 
     # ------------------------------------------------------------------ per type
 
-    def _gauge_point(
-        self, _metric: Metric, name: str, point: NumberDataPoint, labels: Labels
-    ) -> list[Sample]:
-        ts = to_datetime(point.time_unix_nano, self.now)
-        return [Sample(name, labels, SeriesKind.GAUGE, ts, _number(point))]
+    def _numbers(
+        self,
+        metric: Metric,
+        data: str,
+        name: str,
+        points: Sequence[NumberDataPoint],
+        base: Labels,
+        scope_key: ScopeKey,
+    ) -> None:
+        """Gauge and sum points: the hot path. The per-metric facts are looked up once, and
+        each point is read from the encoding of the whole gauge or sum
+        (:mod:`collector.otlp.wire`) and its labels found by its attributes key
+        (:mod:`collector.otlp.series_cache`). Checks, their order and their messages are those
+        of every other point type."""
+        kind = SeriesKind.GAUGE
+        delta = bad_temporality = False
+        container = metric.gauge if data == "gauge" else metric.sum
+        if data == "sum":
+            if metric.sum.is_monotonic:
+                kind = SeriesKind.COUNTER
+            temporality = metric.sum.aggregation_temporality
+            bad_temporality = temporality not in (_DELTA, _CUMULATIVE)
+            delta = temporality == _DELTA
+        known = self.cache.series_of(scope_key, name)
+        times, now = self.times, self.now
+        builder = self.builder
+        lists_of = builder.lists_of
+        self.points += len(points)
+        # The series of the last point and its lists: an exporter that batches over time sends
+        # the points of one series one after the other, and comparing bytes is cheaper than
+        # hashing them. Only a key whose time and value were read whole is kept here.
+        last_key: bytes | None = None  # (a point without attributes has the key b"")
+        last_series = SKIP
+        last_lists: tuple[list[datetime], list[float]] = ([], [])
+        lists: tuple[list[datetime], list[float]] | None
+        encoded = container.SerializeToString()
+        key: bytes | None
+        for index, key, start_ns, ns, value in number_points(encoded, points):
+            try:
+                if key == last_key:
+                    series, lists = last_series, last_lists
+                else:
+                    lists = None
+                    found = known.get(key)
+                    if found is not None:
+                        series = found  # only keys read whole are remembered
+                    else:
+                        point = points[index]
+                        series = self._new_series(point, key, known, name, base)
+                        if not has_no_time_or_value(key):
+                            # Not the runtime's layout: the fields may be anywhere, so read
+                            # them through the object, and forget the key.
+                            _, _, start_ns, ns, value = from_object(index, point)
+                            known.pop(key, None)
+                            key = None
+                    if series is SKIP:
+                        continue
+                ts = times.get(ns)
+                if ts is None:
+                    ts = times[ns] = to_datetime(ns, now)
+                if value is None:
+                    raise Rejected("missing_value", _MISSING_VALUE)
+                if value - value:  # NaN or infinite (finite: 0.0)
+                    check_finite(value, "value")
+                if bad_temporality:
+                    _temporality(metric.sum.aggregation_temporality)
+                if delta:
+                    value = self._accumulate("sum", series.key, start_ns, ns, value, _add_floats)
+                if lists is None:
+                    # The builder's lists, looked up here (after every check of the point, as
+                    # the series cap comes last): one call less per point.
+                    lists = lists_of.get(series)
+                    if lists is None:
+                        lists = builder.lists(series, kind)
+                    if key is not None:
+                        last_key, last_series, last_lists = key, series, lists
+                lists[0].append(ts)
+                lists[1].append(value)
+            except Rejected as exc:
+                self.rejections.add(exc.reason, f"metric {metric.name[:100]!r}: {exc.message}")
 
-    def _sum_point(
-        self, metric: Metric, name: str, point: NumberDataPoint, labels: Labels
-    ) -> list[Sample]:
-        ts = to_datetime(point.time_unix_nano, self.now)
-        value = _number(point)
-        temporality = _temporality(metric.sum.aggregation_temporality)
-        if temporality == _DELTA:
-            value = self._accumulate(("sum", name, labels), point, value, _add_floats)
-        kind = SeriesKind.COUNTER if metric.sum.is_monotonic else SeriesKind.GAUGE
-        return [Sample(name, labels, kind, ts, value)]
+    def _new_series(
+        self,
+        point: NumberDataPoint,
+        key: bytes,
+        known: dict[bytes, KnownSeries],
+        name: str,
+        base: Labels,
+    ) -> KnownSeries:
+        """The labels of a point not seen before, checked (``Rejected`` if they cannot be
+        stored; nothing is remembered then)."""
+        if point.flags & _NO_RECORDED_VALUE:
+            series = SKIP
+        else:
+            labels = {**base, **attribute_labels(point.attributes)}
+            check_labels(labels)
+            series = KnownSeries(labels, (name, tuple(sorted(labels.items()))))
+        # Exemplars differ from point to point: such a key would never be seen again.
+        if not point.exemplars:
+            self.cache.remember(known, key, series)
+        return series
 
     def _histogram_point(
         self, metric: Metric, name: str, point: Any, labels: Labels
@@ -180,7 +295,12 @@ class _Mapper:
         total = _optional_sum(point)
         if _temporality(metric.histogram.aggregation_temporality) == _DELTA:
             classic, total = self._accumulate(
-                ("histogram", name, labels), point, (classic, total), _add_classic
+                "histogram",
+                _series_key(name, labels),
+                point.start_time_unix_nano,
+                point.time_unix_nano,
+                (classic, total),
+                _add_classic,
             )
         return _histogram_samples(name, labels, ts, classic, total)
 
@@ -195,7 +315,12 @@ class _Mapper:
         total = _optional_sum(point)
         if _temporality(metric.exponential_histogram.aggregation_temporality) == _DELTA:
             buckets, total = self._accumulate(
-                ("exponential", name, labels), point, (buckets, total), _add_exponential
+                "exponential",
+                _series_key(name, labels),
+                point.start_time_unix_nano,
+                point.time_unix_nano,
+                (buckets, total),
+                _add_exponential,
             )
         return _histogram_samples(name, labels, ts, hist.to_classic(buckets), total)
 
@@ -219,16 +344,25 @@ class _Mapper:
     # ------------------------------------------------------------------ delta
 
     def _accumulate(
-        self, key: tuple[str, str, Labels], point: Any, delta: Any, combine: Callable[..., Any]
+        self,
+        kind: str,
+        series: SeriesKey,
+        start_ns: int,
+        end_ns: int,
+        delta: Any,
+        combine: Callable[..., Any],
     ) -> Any:
-        kind, name, labels = key
-        series_key = (self.project_id, kind, name, tuple(sorted(labels.items())))
+        name, items = series
         try:
             return self.deltas.add(
-                series_key, point.start_time_unix_nano, point.time_unix_nano, delta, combine
+                (self.project_id, kind, name, items), start_ns, end_ns, delta, combine
             )
         except OutOfOrder as exc:
             raise Rejected("delta_out_of_order", str(exc)) from None
+
+
+def _series_key(name: str, labels: Labels) -> SeriesKey:
+    return name, tuple(sorted(labels.items()))
 
 
 def _point_count(metric: Metric) -> int:
@@ -248,14 +382,6 @@ def _temporality(value: int) -> int:
     if value not in (_DELTA, _CUMULATIVE):
         raise Rejected("invalid_temporality", "aggregation_temporality must be DELTA or CUMULATIVE")
     return value
-
-
-def _number(point: NumberDataPoint) -> float:
-    which = point.WhichOneof("value")
-    if which is None:
-        raise Rejected("missing_value", "the data point has neither as_double nor as_int")
-    value = point.as_double if which == "as_double" else float(point.as_int)
-    return check_finite(value, "value")
 
 
 def _optional_sum(point: Any) -> float | None:

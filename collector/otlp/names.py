@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
+from functools import lru_cache
 from typing import Final
 
 UNITS: Final[dict[str, str]] = {
@@ -89,6 +90,7 @@ def _unit_words(unit: str) -> tuple[list[str], list[str]]:
     return main_words, per_words
 
 
+@lru_cache(maxsize=4096)  # every request repeats the names (and the regex work) of the last
 def metric_name(name: str, unit: str, kind: NameKind) -> str:
     """The Prometheus-style name of an OpenTelemetry metric (empty if ``name`` has no letter
     or digit at all)."""

@@ -22,6 +22,7 @@ from collector.otlp import decode
 from collector.otlp.common import Rejections
 from collector.otlp.delta import DeltaAccumulator
 from collector.otlp.metrics import map_metrics
+from collector.otlp.series_cache import LabelCache
 from collector.otlp.telemetry import OtlpTelemetry
 from collector.otlp.traces import map_spans
 from tuneloop.storage.timeseries.types import SeriesBatch
@@ -45,7 +46,8 @@ class ExportResult:
 
 class OtlpReceiver:
     """Decodes, maps and submits export requests. One per API process: it holds the delta
-    accumulator (:mod:`collector.otlp.delta`). Safe to share between threads."""
+    accumulator (:mod:`collector.otlp.delta`) and the label cache
+    (:mod:`collector.otlp.series_cache`). Safe to share between threads."""
 
     def __init__(
         self,
@@ -53,11 +55,15 @@ class OtlpReceiver:
         max_body_bytes: int,
         telemetry: OtlpTelemetry | None = None,
         deltas: DeltaAccumulator | None = None,
+        labels: LabelCache | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.max_body_bytes = max_body_bytes
         self.telemetry = telemetry
         self.deltas = deltas if deltas is not None else DeltaAccumulator()
+        # Labels of the series seen before: a periodic exporter sends every series again in
+        # each request, so most are computed once per process, not once per request.
+        self.labels = labels if labels is not None else LabelCache()
         self.clock = clock
 
     def export(
@@ -101,6 +107,7 @@ class OtlpReceiver:
             now=self.clock(),
             max_series=max_series,
             deltas=self.deltas,
+            cache=self.labels,
         )
         if mapped.batches:
             submit(mapped.batches)

@@ -18,7 +18,7 @@ from sqlalchemy import select
 
 from collector.sinks.base import SinkUnavailable
 from tuneloop.storage.models import Project
-from tuneloop.storage.timeseries.types import Rejection, SeriesBatch, WriteResult
+from tuneloop.storage.timeseries.types import Rejection, RejectionCode, SeriesBatch, WriteResult
 from tuneloop.storage.timeseries.writer import SampleWriter
 
 LIMIT_TTL_S = 60.0
@@ -118,6 +118,7 @@ def _unknown_project(project_id: int, batches: Sequence[SeriesBatch]) -> WriteRe
                 {},
                 size,
                 f"unknown project: project {project_id} does not exist (deleted?)",
+                RejectionCode.UNKNOWN_PROJECT,
             )
         )
     return result

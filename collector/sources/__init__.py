@@ -10,6 +10,9 @@
 ``scrape=URL``                   a dcgm-exporter / node-exporter ``/metrics`` (ScrapeSource)
 ``infiniband`` / ``=PATH``       InfiniBand port counters from sysfs (InfinibandSource)
 ===============================  ===============================================================
+
+The ``sources`` setting also takes ``auto`` (see :mod:`collector.sources.auto`), which the
+collector service expands before calling ``build_sources``.
 """
 
 from __future__ import annotations
@@ -33,9 +36,13 @@ def build_sources(
     dcgm_bindings_path: str | os.PathLike[str] | None = None,
     dcgm_fields_csv: str | os.PathLike[str] | None = None,
     scrape_timeout_s: float = 5.0,
+    dcgm_update_interval_s: float = 10.0,
 ) -> list[Source]:
     """Source objects for entries ``NAME`` or ``NAME=VALUE``; raises SourceSpecError on the
-    first bad entry (configuration errors fail at start-up, before anything is collected)."""
+    first bad entry (configuration errors fail at start-up, before anything is collected).
+
+    ``dcgm_update_interval_s`` is how often DCGM samples its fields: polling it more often
+    than that would read the same values again."""
     sources: list[Source] = []
     names: set[str] = set()
     for raw in spec:
@@ -50,6 +57,7 @@ def build_sources(
             dcgm_bindings_path=dcgm_bindings_path,
             dcgm_fields_csv=dcgm_fields_csv,
             scrape_timeout_s=scrape_timeout_s,
+            dcgm_update_interval_s=dcgm_update_interval_s,
         )
         if source.name in names:
             raise SourceSpecError(f"source {source.name!r} is configured twice")
@@ -67,6 +75,7 @@ def _build_one(
     dcgm_bindings_path: str | os.PathLike[str] | None,
     dcgm_fields_csv: str | os.PathLike[str] | None,
     scrape_timeout_s: float,
+    dcgm_update_interval_s: float,
 ) -> Source:
     # Imports stay local so configuring "host" alone does not import httpx or the GPU code.
     if kind == "host" and not value:
@@ -85,6 +94,7 @@ def _build_one(
             fields_csv=dcgm_fields_csv,
             hostname=hostname,
             host_engine=value or "localhost",
+            update_interval_s=dcgm_update_interval_s,
         )
     if kind == "scrape":
         if not value:

@@ -94,6 +94,7 @@ def test_collect_writes_and_serves_its_metrics(tmp_path: Path) -> None:
     finally:
         output = stop(process)
     assert f"metrics    http://127.0.0.1:{port}/metrics" in output
+    assert "collecting host every 0.2s" in output  # --interval applies to every source
 
 
 def test_a_bad_relabel_config_is_one_line_and_exit_2(tmp_path: Path) -> None:

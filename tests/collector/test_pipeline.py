@@ -15,13 +15,14 @@ from sqlalchemy import Engine, func, select, text
 from collector.pipeline import Pipeline, PipelineConfig, PipelineFull, to_batches
 from collector.points import Point
 from collector.relabel import Relabeler, parse_rules
+from collector.selfmetrics import REASONS, rejection_reason
 from collector.sinks.base import SinkUnavailable
 from collector.sinks.store import StoreSink, is_unreachable
 from collector.spool import Spool
 from tests.collector.conftest import create_project
 from tuneloop.storage import make_engine
 from tuneloop.storage.models import samples
-from tuneloop.storage.timeseries.types import SeriesBatch, WriteResult
+from tuneloop.storage.timeseries.types import Rejection, RejectionCode, SeriesBatch, WriteResult
 from tuneloop.storage.timeseries.writer import SampleWriter
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -329,17 +330,31 @@ def test_rejections_are_counted_by_reason_and_never_retried(engine: Engine) -> N
     pipeline.stop()
     reasons = {
         reason: metric(pipeline, "tuneloop_collector_points_rejected_total", reason=reason)
-        for reason in ("series_limit", "nan", "invalid", "relabel_drop", "unknown_project")
+        for reason in (
+            "series_limit",
+            "nan_value",
+            "invalid_timestamp",
+            "relabel_drop",
+            "unknown_project",
+        )
     }
     assert reasons == {
         "series_limit": 5,  # the third series (4) and the fourth's non-NaN sample (1)
-        "nan": 1,
-        "invalid": 1,
+        "nan_value": 1,
+        "invalid_timestamp": 1,
         "relabel_drop": 5,
         "unknown_project": 6,
     }
     assert stored(engine) == 6
     assert len(sink.writes) == 2  # one per project, no retry
+
+
+def test_the_label_is_the_rejection_code_not_its_wording() -> None:
+    reworded = Rejection("m", {}, 1, "Serienlimit erreicht", RejectionCode.SERIES_LIMIT)
+    assert rejection_reason(reworded) == "series_limit"
+    # A code outside the known set (a third-party sink) must not add label values.
+    assert rejection_reason(Rejection("m", {}, 1, "series limit reached", "made_up")) == "other"
+    assert "other" in REASONS and set(RejectionCode) <= set(REASONS)
 
 
 def test_a_permanent_store_error_is_counted_not_retried(

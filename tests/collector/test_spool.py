@@ -85,22 +85,27 @@ def test_record_keeps_nan_for_the_store_to_report() -> None:
 
 
 @pytest.mark.parametrize(
-    "bad",
+    ("bad", "code"),
     [
-        SeriesBatch("m", {}, [datetime(2026, 1, 1)], [1.0]),  # naive
-        SeriesBatch("m", {}, ["2026-01-01"], [1.0]),  # type: ignore[list-item]
-        SeriesBatch("m", {}, [T0], ["1.0"]),  # type: ignore[list-item]
-        SeriesBatch("m", {}, [T0, T0], [1.0]),
-        SeriesBatch("m", {1: "x"}, [T0], [1.0]),  # type: ignore[dict-item]
-        SeriesBatch(7, {}, [T0], [1.0]),  # type: ignore[arg-type]
-        SeriesBatch("m", {}, [T0], [1.0], "histogram"),  # type: ignore[arg-type]
+        # The same codes as the store gives the same batches (tests/storage/test_writer.py).
+        (SeriesBatch("m", {}, [datetime(2026, 1, 1)], [1.0]), "invalid_timestamp"),  # naive
+        (SeriesBatch("m", {}, ["2026-01-01"], [1.0]), "invalid_timestamp"),  # type: ignore[list-item]
+        (SeriesBatch("m", {}, [T0], ["1.0"]), "invalid_value"),  # type: ignore[list-item]
+        (SeriesBatch("m", {}, [T0, T0], [1.0]), "length_mismatch"),
+        (SeriesBatch("m", {1: "x"}, [T0], [1.0]), "invalid_labels"),  # type: ignore[dict-item]
+        (SeriesBatch(7, {}, [T0], [1.0]), "invalid_metric"),  # type: ignore[arg-type]
+        (SeriesBatch("m", {}, [T0], [1.0], "histogram"), "invalid_kind"),  # type: ignore[arg-type]
+        (SeriesBatch("m", {}, None, None), "invalid_batch"),  # type: ignore[arg-type]
     ],
 )
-def test_unrepresentable_batches_are_rejected_and_the_rest_kept(bad: SeriesBatch) -> None:
+def test_unrepresentable_batches_are_rejected_and_the_rest_kept(
+    bad: SeriesBatch, code: str
+) -> None:
     encoded = encode_record(1, [batch(n=2), bad])
     assert encoded.samples == 2
     assert len(encoded.rejected) == 1
     assert encoded.rejected[0].reason.startswith("invalid batch")
+    assert encoded.rejected[0].code == code
 
 
 # --------------------------------------------------------------------------- append and replay

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Engine, delete, func, insert, select
 
 from tuneloop.storage.models import Project, Series, samples
-from tuneloop.storage.timeseries.types import SeriesBatch, SeriesKind, WriteResult
+from tuneloop.storage.timeseries.types import RejectionCode, SeriesBatch, SeriesKind, WriteResult
 from tuneloop.storage.timeseries.writer import SampleWriter
 
 T0 = datetime(2024, 3, 10, 12, 0, 0, 123456, tzinfo=UTC)
@@ -147,6 +147,7 @@ def test_series_cap_rejects_only_the_excess_within_one_call(engine: Engine) -> N
     assert result.samples_rejected == 4
     assert all("max_series_per_project=3" in reason for reason in reasons(result))
     assert all("at most 3 series" in reason for reason in reasons(result))
+    assert {r.code for r in result.rejected} == {RejectionCode.SERIES_LIMIT}
     # Existing series keep being written once the cap is reached; new ones are still refused,
     # also by a cold writer that has to count them in the database.
     later = SampleWriter(engine, max_series_per_project=3).write(
@@ -199,28 +200,43 @@ def test_concurrent_writers_do_not_overshoot_the_cap(engine: Engine) -> None:
 def test_bad_batches_are_rejected_and_the_rest_is_written(engine: Engine) -> None:
     project = make_project(engine)
     naive = [datetime(2024, 3, 10, 12, 0), datetime(2024, 3, 10, 12, 1)]
-    bad: list[tuple[SeriesBatch, str]] = [
-        (untyped("m", {"gpu": "0"}, naive, [1.0, 2.0]), "timestamps[0] is a naive datetime"),
-        (untyped("m", {"gpu": "1"}, [T0, naive[0]], [1.0, 2.0]), "timestamps[1] is a naive"),
-        (untyped("m", {"gpu": "2"}, [T0, "x"], [1.0, 2.0]), "timestamps[1] is not a datetime"),
-        (untyped("m", {"gpu": "3"}, [1, 2], [1.0, 2.0]), "timestamps[0] is not a datetime (int)"),
-        (untyped("m", {"gpu": "4"}, [T0, T0], [1.0]), "2 timestamps but 1 values"),
-        (untyped("", {"gpu": "5"}, [T0], [1.0]), "metric name must be a non-empty string"),
-        (untyped("m" * 201, {}, [T0], [1.0]), "longer than 200 characters"),
-        (untyped("m", {"gpu": 7}, [T0], [1.0]), "label 'gpu' has a non-string value (int)"),
-        (untyped("m", {"gpu": "\x00"}, [T0], [1.0]), "NUL character"),
-        (untyped("m", {"gpu": "9"}, [T0], ["1.0"]), "values[0] is not a real number (str)"),
-        (untyped("m", {"gpu": "10"}, [T0], [None]), "values[0] is not a real number"),
-        (untyped("m", {"gpu": "11"}, [T0], [10**400]), "values[0] does not fit in a 64-bit"),
-        (untyped("m", {"gpu": "12"}, [T0], [1.0], "histogram"), "kind must be one of"),
+    ts, length, metric, labels, value, kind, shape = (
+        RejectionCode.INVALID_TIMESTAMP,
+        RejectionCode.LENGTH_MISMATCH,
+        RejectionCode.INVALID_METRIC,
+        RejectionCode.INVALID_LABELS,
+        RejectionCode.INVALID_VALUE,
+        RejectionCode.INVALID_KIND,
+        RejectionCode.INVALID_BATCH,
+    )
+    bad: list[tuple[SeriesBatch, str, RejectionCode]] = [
+        (untyped("m", {"gpu": "0"}, naive, [1.0, 2.0]), "timestamps[0] is a naive datetime", ts),
+        (untyped("m", {"gpu": "1"}, [T0, naive[0]], [1.0, 2.0]), "timestamps[1] is a naive", ts),
+        (untyped("m", {"gpu": "2"}, [T0, "x"], [1.0, 2.0]), "timestamps[1] is not a dat", ts),
+        (untyped("m", {"gpu": "3"}, [1, 2], [1.0, 2.0]), "timestamps[0] is not a datetime", ts),
+        (untyped("m", {"gpu": "4"}, [T0, T0], [1.0]), "2 timestamps but 1 values", length),
+        (untyped("", {"gpu": "5"}, [T0], [1.0]), "metric name must be a non-empty", metric),
+        (untyped("m" * 201, {}, [T0], [1.0]), "longer than 200 characters", metric),
+        (untyped("m\x00", {}, [T0], [1.0]), "metric name contains a NUL", metric),
+        (untyped("m", {"gpu": 7}, [T0], [1.0]), "label 'gpu' has a non-string value", labels),
+        (untyped("m", {"gpu": "\x00"}, [T0], [1.0]), "NUL character", labels),
+        (untyped("m", {"": "x"}, [T0], [1.0]), "label name '' is not a non-empty", labels),
+        (untyped("m", {"gpu": "9"}, [T0], ["1.0"]), "values[0] is not a real number (str)", value),
+        (untyped("m", {"gpu": "10"}, [T0], [None]), "values[0] is not a real number", value),
+        (untyped("m", {"gpu": "11"}, [T0], [10**400]), "values[0] does not fit in a 64", value),
+        (untyped("m", {"gpu": "12"}, [T0], [1.0], "histogram"), "kind must be one of", kind),
+        (untyped("m", {"gpu": "13"}, None, None), "must be sequences", shape),
     ]
     good = [batch(gpu="ok-1"), batch(gpu="ok-2", count=2)]
-    result = SampleWriter(engine).write(project, [good[0], *(b for b, _ in bad), good[1]])
+    result = SampleWriter(engine).write(project, [good[0], *(b for b, _, _ in bad), good[1]])
     assert (result.samples_written, result.series_created) == (5, 2)
     assert len(result.rejected) == len(bad)
-    for rejection, (sent, expected) in zip(result.rejected, bad):
+    for rejection, (sent, expected, code) in zip(result.rejected, bad, strict=True):
         assert expected in rejection.reason
-        assert rejection.samples == max(len(sent.timestamps), len(sent.values))
+        assert rejection.code == code, rejection.reason
+        # A batch without sequences has no size to report.
+        size = max(len(sent.timestamps), len(sent.values)) if sent.values is not None else 0
+        assert rejection.samples == size
     assert len(stored(engine)) == 5
     assert series_count(engine, project) == 2
 
@@ -234,6 +250,7 @@ def test_nan_values_are_dropped_and_reported(engine: Engine) -> None:
     assert (result.samples_written, result.series_created) == (2, 1)
     assert [(r.labels["gpu"], r.samples) for r in result.rejected] == [("0", 2), ("1", 1)]
     assert all("NaN" in reason for reason in reasons(result))
+    assert {r.code for r in result.rejected} == {RejectionCode.NAN_VALUE}
     assert [(ts, value) for _, ts, value in stored(engine)] == [
         (timestamps[0], 1.0),
         (timestamps[2], -math.inf),

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from collector.pipeline import Pipeline
+    from collector.service import SourcePlan
     from collector.status import StatusBoard
 
 log = logging.getLogger("tuneloop")
@@ -26,6 +27,14 @@ STOP_TIMEOUT_S = 10.0
 
 HostOption = Annotated[str | None, typer.Option(help="Address to listen on [env TUNELOOP_HOST]")]
 PortOption = Annotated[int | None, typer.Option(help="Port to listen on [env TUNELOOP_PORT]")]
+SourceOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--source",
+        help="A source to poll, repeatable: host, nvml, dcgm[=HOST[:PORT]], scrape=URL, "
+        "infiniband[=PATH] or auto [env TUNELOOP_SOURCES, comma-separated; default: auto]",
+    ),
+]
 
 
 def _configure_logging(settings: Settings) -> None:
@@ -87,6 +96,18 @@ def _pipeline(runtime: Runtime, registry: CollectorRegistry) -> Pipeline:
     return pipeline
 
 
+def _sources(settings: Settings, *, from_flags: bool) -> SourcePlan:
+    """The collector's sources, or exit 2 with one line on a bad spec: checked before the
+    store is touched, like every other setting."""
+    from collector.service import plan_sources
+    from collector.sources import SourceSpecError
+
+    try:
+        return plan_sources(settings)
+    except SourceSpecError as exc:
+        fail(f"invalid setting {'--source' if from_flags else 'TUNELOOP_SOURCES'}: {exc}")
+
+
 def _migrate(runtime: Runtime) -> None:
     from tuneloop.storage.migrate import upgrade
 
@@ -113,8 +134,8 @@ def _project_id(runtime: Runtime, name: str) -> int:
 
 
 @app.command()
-def up(host: HostOption = None, port: PortOption = None) -> None:
-    """Run the whole control plane in one process: API, in-process tasks and host collector.
+def up(host: HostOption = None, port: PortOption = None, source: SourceOption = None) -> None:
+    """Run the whole control plane in one process: API, in-process tasks and collector.
 
     On the embedded default this needs no servers: the store is a SQLite file. The collector
     and the API's receivers share one write pipeline (one queue, one spool).
@@ -125,17 +146,24 @@ def up(host: HostOption = None, port: PortOption = None) -> None:
     from collector.status import StatusBoard
     from tuneloop.taskqueue.inprocess import InProcessRunner
 
-    settings = settings_or_fail(host=host, port=port)
+    settings = settings_or_fail(host=host, port=port, sources=source or None)
     _configure_logging(settings)
+    plan = _sources(settings, from_flags=bool(source))
     runtime = open_runtime(settings)
     pipeline = _pipeline(runtime, CollectorRegistry())
     _migrate(runtime)
     project_id, secret = _default_project(runtime)
+    if plan.gpu_choice:
+        log.info("%s", plan.gpu_choice)
     base = f"http://{settings.host}:{settings.port}"
     typer.echo(f"tuneloop {_version()} on {runtime.engine.url.render_as_string()}")
     typer.echo(f"  API        {base}/api/v1/  (OpenAPI: {base}/docs)")
     typer.echo(f"  health     {base}/healthz")
     typer.echo(f"  metrics    {base}/metrics")
+    # OpenTelemetry exporters append the /v1/... paths to OTEL_EXPORTER_OTLP_ENDPOINT=base.
+    typer.echo(f"  OTLP       {base}/v1/metrics")
+    typer.echo(f"             {base}/v1/traces  (step timings: docs/step-timing.md)")
+    typer.echo(f"  sources    {plan.describe()}")
     if secret is not None:
         typer.echo(f"  project    {settings.default_project}")
         typer.echo(f"  token      {secret}")
@@ -145,7 +173,12 @@ def up(host: HostOption = None, port: PortOption = None) -> None:
     board = StatusBoard()
     tasks = InProcessRunner.for_settings(settings)
     collector = build_collector(
-        pipeline, project_id, interval_s=settings.collect_interval_s, board=board
+        pipeline,
+        project_id,
+        interval_s=settings.collect_interval_s,
+        sources=plan.sources,
+        intervals=plan.intervals,
+        board=board,
     )
     pipeline.start()
     tasks.start()
@@ -186,8 +219,13 @@ def collect(
         ),
     ] = None,
     interval: Annotated[
-        float | None, typer.Option(help="Seconds between polls [env TUNELOOP_COLLECT_INTERVAL_S]")
+        float | None,
+        typer.Option(
+            help="Seconds between polls of every source (default: by kind, "
+            "TUNELOOP_COLLECT_INTERVAL_S, TUNELOOP_GPU_INTERVAL_S, TUNELOOP_SCRAPE_INTERVAL_S)"
+        ),
     ] = None,
+    source: SourceOption = None,
     metrics_port: Annotated[
         int | None,
         typer.Option(help="Serve the collector's own metrics on this port (/metrics)"),
@@ -201,8 +239,17 @@ def collect(
 
     from collector.service import build_collector
 
-    settings = settings_or_fail(collect_interval_s=interval)
+    if interval is not None and not interval > 0:
+        # Checked here: it feeds three settings, whose names are not the flag's.
+        fail("invalid setting --interval: must be greater than 0")
+    settings = settings_or_fail(
+        collect_interval_s=interval,
+        gpu_interval_s=interval,
+        scrape_interval_s=interval,
+        sources=source or None,
+    )
     _configure_logging(settings)
+    plan = _sources(settings, from_flags=bool(source))
     runtime = open_runtime(settings)
     registry = CollectorRegistry()
     pipeline = _pipeline(runtime, registry)
@@ -214,12 +261,20 @@ def collect(
         except OSError as exc:
             runtime.close()
             fail(f"cannot serve metrics on {settings.host}:{metrics_port}: {exc.strerror}")
-    runner = build_collector(pipeline, project_id, interval_s=settings.collect_interval_s)
+    runner = build_collector(
+        pipeline,
+        project_id,
+        interval_s=settings.collect_interval_s,
+        sources=plan.sources,
+        intervals=plan.intervals,
+    )
+    if plan.gpu_choice:
+        log.info("%s", plan.gpu_choice)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     pipeline.start()
     runner.start()
-    typer.echo(f"collecting every {settings.collect_interval_s:g}s; Ctrl-C to stop")
+    typer.echo(f"collecting {plan.describe()}; Ctrl-C to stop")
     if server is not None:
         typer.echo(f"  metrics    http://{settings.host}:{metrics_port}/metrics")
     try:

@@ -33,12 +33,31 @@ class SeriesBatch:
     kind: SeriesKind = SeriesKind.GAUGE
 
 
+class RejectionCode(StrEnum):
+    """Why samples were not stored, as a stable word: a metric label and something callers can
+    branch on. The message (``Rejection.reason``) may be reworded at any time; these may not."""
+
+    INVALID_BATCH = "invalid_batch"  # timestamps or values are not sequences
+    INVALID_METRIC = "invalid_metric"  # empty, too long, not a string, or a NUL character
+    INVALID_LABELS = "invalid_labels"  # not a mapping of non-empty strings to strings, or NUL
+    INVALID_KIND = "invalid_kind"  # not one of SeriesKind
+    LENGTH_MISMATCH = "length_mismatch"  # timestamps and values do not pair one to one
+    INVALID_TIMESTAMP = "invalid_timestamp"  # not an aware datetime, or out of range
+    INVALID_VALUE = "invalid_value"  # not a real number, or beyond a 64-bit float
+    NAN_VALUE = "nan_value"  # NaN, which the store does not keep
+    SERIES_LIMIT = "series_limit"  # the project's series cap refused a new series
+    UNKNOWN_PROJECT = "unknown_project"  # the project does not exist (deleted meanwhile)
+
+
 @dataclass(frozen=True, slots=True)
 class Rejection:
     metric: str
     labels: Mapping[str, str]
     samples: int
     reason: str
+    """For people: what was wrong, with the offending detail."""
+    code: str
+    """For machines: one of :class:`RejectionCode`."""
 
 
 @dataclass(slots=True)

@@ -19,6 +19,7 @@ A writer is safe to share between threads; its caches only ever hold facts that 
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import numbers
@@ -28,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import chain, repeat
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import psycopg
 from sqlalchemy import Connection, Engine, Table, func, select, text
@@ -43,6 +44,7 @@ from tuneloop.storage.timeseries.partitions import (
 )
 from tuneloop.storage.timeseries.types import (
     Rejection,
+    RejectionCode,
     SeriesBatch,
     SeriesKind,
     WriteResult,
@@ -61,6 +63,9 @@ _SQLITE_INSERT = "INSERT INTO samples (series_id, ts, value) VALUES (?, ?, ?)"
 _LOOKUP_CHUNK = 1_000
 _CACHE_LIMIT = 1_000_000
 """Series ids cached before the cache is emptied (about 150 MB); misses only cost a lookup."""
+_IDENTITY_LIMIT = 250_000
+"""Checked (metric, kind, labels) kept before that cache is emptied (about 500 bytes each for
+a dozen labels); a miss only costs the checks and the fingerprint again."""
 # Two-key advisory lock (namespace, project_id) held while a project's series are created.
 _SERIES_LOCK_NAMESPACE = 0x746C5352  # "tlSR"
 # PostgreSQL: the series travel as one JSON document parameter rather than one placeholder per
@@ -90,12 +95,27 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 
+class _Problem(NamedTuple):
+    """Why a batch is refused: the stable code and the sentence for people."""
+
+    code: RejectionCode
+    text: str
+
+
+class _Identity(NamedTuple):
+    """What a batch's metric, labels and kind come to once checked."""
+
+    fingerprint: str
+    kind: SeriesKind
+
+
 @dataclass(slots=True)
 class _Accepted:
     """A batch that passed validation, with what the later steps need computed once."""
 
     metric: str
-    labels: dict[str, str]
+    labels: Mapping[str, str]
+    """The batch's own (batches are not changed once handed over); copied where kept."""
     fingerprint: str
     kind: SeriesKind
     timestamps: Sequence[datetime]
@@ -124,14 +144,39 @@ class SampleWriter:
         self._postgres = engine.dialect.name == "postgresql"
         self._series_ids: dict[tuple[int, str], int] = {}
         self._partitions: set[int] = set()
+        # A collector sends the same series again and again, often one sample at a time:
+        # checking its name and labels and hashing its fingerprint would cost far more than
+        # COPYing the sample. Keyed by _identity_key; the values are facts that stay true.
+        self._identities: dict[tuple[object, ...], _Identity] = {}
 
     def write(
         self, project_id: int, batches: Iterable[SeriesBatch], *, max_series: int | None = None
     ) -> WriteResult:
         """Write ``batches`` for ``project_id`` (which must exist); ``max_series`` overrides
         the writer's series cap for this call (a project's own limit)."""
+        # The cyclic garbage collector is paused for the call (in the whole process: there is
+        # no other way). A write makes a few objects per batch that all die, by reference
+        # counting, when it returns; left on, the collector would scan them again and again,
+        # promote them, and so set off full collections over the whole heap: a collector
+        # sending one-sample batches spent a third of its time there. Paused, it makes up on
+        # the first allocations after. Restored only if it was on, so that concurrent writes
+        # leave it as they found it.
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._write(project_id, batches, max_series)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _write(
+        self, project_id: int, batches: Iterable[SeriesBatch], max_series: int | None
+    ) -> WriteResult:
         result = WriteResult()
-        accepted = [item for batch in batches if (item := _validate(batch, result)) is not None]
+        identities = self._identities
+        accepted = [
+            item for batch in batches if (item := _validate(batch, result, identities)) is not None
+        ]
         if not accepted:
             return result
         cap = self.max_series_per_project if max_series is None else max_series
@@ -235,29 +280,79 @@ class SampleWriter:
 # ---------------------------------------------------------------------- validation
 
 
-def _validate(batch: SeriesBatch, result: WriteResult) -> _Accepted | None:
+def _validate(
+    batch: SeriesBatch, result: WriteResult, identities: dict[tuple[object, ...], _Identity]
+) -> _Accepted | None:
     """The batch ready to write, or ``None`` after recording why not (an empty batch is
-    ``None`` with nothing recorded)."""
+    ``None`` with nothing recorded). ``identities``: see :func:`_identity_key`."""
+    key = identity = None
     try:
         size = max(len(batch.timestamps), len(batch.values))
     except TypeError:
-        problem: str | None = "timestamps and values must be sequences"
+        problem: _Problem | None = _Problem(
+            RejectionCode.INVALID_BATCH, "timestamps and values must be sequences"
+        )
         size = 0
     else:
-        problem = _identity_problem(batch) or _length_problem(batch)
+        key = _identity_key(batch)
+        if key is not None:
+            try:
+                identity = identities.get(key)
+            except TypeError:  # an unhashable label: not a string, found the long way
+                key = None
+        known = identity is not None
+        problem = (None if known else _identity_problem(batch)) or _length_problem(batch)
     if problem is None and size:
         checked = _check_samples(batch)
-        if not isinstance(checked, str):
-            return _accept(batch, checked[0], checked[1], result)
+        if not isinstance(checked, _Problem):
+            if identity is None:
+                identity = _learn(identities, key, batch)
+            return _accept(batch, checked[0], checked[1], result, identity)
         problem = checked
     if problem is not None:
         labels = batch.labels if isinstance(batch.labels, Mapping) else {}
-        result.rejected.append(Rejection(str(batch.metric), labels, size, problem))
+        result.rejected.append(
+            Rejection(str(batch.metric), labels, size, problem.text, problem.code)
+        )
     return None
 
 
+def _identity_key(batch: SeriesBatch) -> tuple[object, ...] | None:
+    """The metric, kind and labels (in their order) of a batch, flat: the key under which a
+    batch that passed the identity checks is remembered; ``None`` (check it the long way)
+    unless the labels are a plain dict.
+
+    Equal keys mean equal parts: a batch whose key is known has the metric, kind and label
+    set of one that passed :func:`_identity_problem` (strings, as only strings equal strings),
+    and its fingerprint.
+    """
+    labels = batch.labels
+    if type(labels) is not dict:
+        return None
+    # Flat, so that hashing it combines the strings' cached hashes and builds no pair tuples.
+    return (batch.metric, batch.kind, *chain.from_iterable(labels.items()))
+
+
+def _learn(
+    identities: dict[tuple[object, ...], _Identity],
+    key: tuple[object, ...] | None,
+    batch: SeriesBatch,
+) -> _Identity:
+    """The identity of a batch that passed the checks, remembered under ``key``."""
+    identity = _Identity(fingerprint(batch.metric, batch.labels), SeriesKind(batch.kind))
+    if key is not None:
+        if len(identities) >= _IDENTITY_LIMIT:
+            identities.clear()
+        identities[key] = identity
+    return identity
+
+
 def _accept(
-    batch: SeriesBatch, total: float, time_range: tuple[datetime, datetime], result: WriteResult
+    batch: SeriesBatch,
+    total: float,
+    time_range: tuple[datetime, datetime],
+    result: WriteResult,
+    identity: _Identity,
 ) -> _Accepted | None:
     """A valid batch, less its NaN values (dropped and recorded)."""
     timestamps, values = batch.timestamps, batch.values
@@ -269,9 +364,9 @@ def _accept(
         first, last = min(timestamps), max(timestamps)
     return _Accepted(
         metric=batch.metric,
-        labels=dict(batch.labels),
-        fingerprint=fingerprint(batch.metric, batch.labels),
-        kind=SeriesKind(batch.kind),
+        labels=batch.labels,
+        fingerprint=identity.fingerprint,
+        kind=identity.kind,
         timestamps=timestamps,
         values=values,
         first=first,
@@ -279,44 +374,58 @@ def _accept(
     )
 
 
-def _check_samples(batch: SeriesBatch) -> tuple[float, tuple[datetime, datetime]] | str:
+def _check_samples(batch: SeriesBatch) -> tuple[float, tuple[datetime, datetime]] | _Problem:
     """(sum of values, (earliest, latest timestamp)), or why the samples are unusable."""
     total = _value_sum(batch.values)
     if isinstance(total, str):
-        return total
+        return _Problem(RejectionCode.INVALID_VALUE, total)
     time_range = _time_range(batch.timestamps)
     if isinstance(time_range, str):
-        return time_range
+        return _Problem(RejectionCode.INVALID_TIMESTAMP, time_range)
     return total, time_range
 
 
-def _identity_problem(batch: SeriesBatch) -> str | None:
+def _identity_problem(batch: SeriesBatch) -> _Problem | None:
     metric = batch.metric
     if not isinstance(metric, str) or not metric:
-        return "metric name must be a non-empty string"
+        return _Problem(RejectionCode.INVALID_METRIC, "metric name must be a non-empty string")
     if len(metric) > MAX_METRIC_LENGTH:
-        return f"metric name is longer than {MAX_METRIC_LENGTH} characters"
+        return _Problem(
+            RejectionCode.INVALID_METRIC,
+            f"metric name is longer than {MAX_METRIC_LENGTH} characters",
+        )
     if "\x00" in metric:
-        return "metric name contains a NUL character"
-    if not isinstance(batch.labels, Mapping):
+        return _Problem(RejectionCode.INVALID_METRIC, "metric name contains a NUL character")
+    labels_problem = _labels_problem(batch.labels)
+    if labels_problem is not None:
+        return _Problem(RejectionCode.INVALID_LABELS, labels_problem)
+    if not isinstance(batch.kind, str) or batch.kind not in _KINDS:
+        return _Problem(
+            RejectionCode.INVALID_KIND,
+            f"kind must be one of {', '.join(sorted(_KINDS))}, got {batch.kind!r}",
+        )
+    return None
+
+
+def _labels_problem(labels: Mapping[str, str]) -> str | None:
+    if not isinstance(labels, Mapping):
         return "labels must be a mapping of strings to strings"
-    for name, value in batch.labels.items():
+    for name, value in labels.items():
         if not isinstance(name, str) or not name:
             return f"label name {name!r} is not a non-empty string"
         if not isinstance(value, str):
             return f"label {name!r} has a non-string value ({type(value).__name__})"
         if "\x00" in name or "\x00" in value:
             return f"label {name!r} contains a NUL character"
-    if not isinstance(batch.kind, str) or batch.kind not in _KINDS:
-        return f"kind must be one of {', '.join(sorted(_KINDS))}, got {batch.kind!r}"
     return None
 
 
-def _length_problem(batch: SeriesBatch) -> str | None:
+def _length_problem(batch: SeriesBatch) -> _Problem | None:
     if len(batch.timestamps) != len(batch.values):
-        return (
+        return _Problem(
+            RejectionCode.LENGTH_MISMATCH,
             f"{len(batch.timestamps)} timestamps but {len(batch.values)} values: "
-            "they must pair one to one"
+            "they must pair one to one",
         )
     return None
 
@@ -378,6 +487,7 @@ def _drop_nan(batch: SeriesBatch, result: WriteResult) -> tuple[list[datetime], 
             batch.labels,
             dropped,
             f"{dropped} NaN value(s) dropped: NaN is not stored (a missing value is no sample)",
+            RejectionCode.NAN_VALUE,
         )
     )
     return [ts for ts, _ in kept], [value for _, value in kept]
@@ -390,6 +500,7 @@ def _cap_rejection(item: _Accepted, project_id: int, cap: int) -> Rejection:
         len(item.values),
         f"series limit reached: project {project_id} may have at most {cap} series "
         f"(max_series_per_project={cap}); this new series was not created",
+        RejectionCode.SERIES_LIMIT,
     )
 
 
@@ -447,7 +558,7 @@ def _insert_series(
             [
                 {
                     "metric": item.metric,
-                    "labels": item.labels,
+                    "labels": dict(item.labels),
                     "fingerprint": item.fingerprint,
                     "kind": item.kind.value,
                 }
@@ -467,7 +578,7 @@ def _insert_series(
             {
                 "project_id": project_id,
                 "metric": item.metric,
-                "labels": item.labels,
+                "labels": dict(item.labels),
                 "fingerprint": item.fingerprint,
                 "kind": item.kind.value,
             }
@@ -500,11 +611,13 @@ def _copy_postgres(
     driver = cast("psycopg.Connection[Any]", connection.connection.driver_connection)
     with driver.cursor() as cursor, cursor.copy(_COPY_SQL) as copy:
         copy.set_types(_COPY_TYPES)
-        write_row = copy.write_row
-        for series_id, timestamps, values in work:
-            # zip/repeat build the row tuples in C and deque(maxlen=0) drains map() without a
-            # Python-level loop: the per-sample cost is psycopg's C encoder and nothing else.
-            deque(map(write_row, zip(repeat(series_id), timestamps, values)), maxlen=0)
+        ids, timestamps, values = zip(*work, strict=True)
+        # zip/repeat build the row tuples in C, chain strings the batches together, and
+        # deque(maxlen=0) drains map() without a Python-level loop, not even one per batch
+        # (a collector's batches are often one sample each): the per-sample cost is psycopg's
+        # C encoder and nothing else.
+        rows = chain.from_iterable(map(zip, map(repeat, ids), timestamps, values))
+        deque(map(copy.write_row, rows), maxlen=0)
 
 
 def _insert_sqlite(
@@ -534,9 +647,15 @@ def _micros(ts: datetime) -> int:
 
 def _needed_partitions(accepted: list[_Accepted], partition_days: int) -> set[int]:
     needed: set[int] = set()
+    # Batches of one collection share their timestamps: compute each one's partition once.
+    known: dict[datetime, int] = {}
     for item in accepted:
-        first = partition_index(item.first, partition_days)
-        last = partition_index(item.last, partition_days)
+        first = known.get(item.first)
+        if first is None:
+            first = known[item.first] = partition_index(item.first, partition_days)
+        last = known.get(item.last)
+        if last is None:
+            last = known[item.last] = partition_index(item.last, partition_days)
         if first == last:
             needed.add(first)
         else:
