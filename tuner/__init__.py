@@ -1,1 +1,105 @@
-"""tuneloop tuner component."""
+"""tuneloop tuner component: the pure logic of auto-tuning (no I/O, no database, no queue).
+
+- ``space``: typed search spaces (per-device batch size, sync period, all-reduce bucket size)
+  and the learning-rate rule that travels with every proposal;
+- ``objectives``: goodput (Pollux), throughput, SLO-bounded throughput, with directions;
+- ``measurement``: turning a window of step samples into a trusted trial value, or a reason to
+  wait, extend or fail;
+- ``strategies``: Bayesian optimization, an adaptive bandit, random and grid search behind one
+  stateless ``ask(history)`` interface.
+
+Persistence (``Study``/``Trial`` rows) and scheduling live elsewhere and call into this package.
+See docs/tuner.md.
+"""
+
+from tuner.measurement import (
+    MeasurementError,
+    MeasurementPolicy,
+    Sample,
+    TrialVerdict,
+    WindowStats,
+    judge_window,
+    window_stats,
+)
+from tuner.objectives import (
+    OBJECTIVES,
+    Evaluation,
+    Objective,
+    ObjectiveError,
+    default_objective,
+    get_objective,
+    goodput,
+    slo_throughput,
+    statistical_efficiency,
+    throughput,
+)
+from tuner.space import (
+    BATCH_SIZE,
+    BUCKET_MB,
+    SYNC_PERIOD,
+    CategoricalParam,
+    IntParam,
+    SearchSpace,
+    SpaceError,
+    max_batch_for_memory,
+)
+from tuner.strategies import (
+    REASON_OOM,
+    STRATEGIES,
+    AdaptiveBandit,
+    BaseStrategy,
+    BayesianOptimization,
+    GridSearch,
+    Observation,
+    RandomSearch,
+    SpaceExhausted,
+    Strategy,
+    UnknownStrategyError,
+    best_observation,
+    make_strategy,
+    strategy_names,
+    warm_start,
+)
+
+__all__ = [
+    "BATCH_SIZE",
+    "BUCKET_MB",
+    "OBJECTIVES",
+    "REASON_OOM",
+    "STRATEGIES",
+    "SYNC_PERIOD",
+    "AdaptiveBandit",
+    "BaseStrategy",
+    "BayesianOptimization",
+    "CategoricalParam",
+    "Evaluation",
+    "GridSearch",
+    "IntParam",
+    "MeasurementError",
+    "MeasurementPolicy",
+    "Objective",
+    "ObjectiveError",
+    "Observation",
+    "RandomSearch",
+    "Sample",
+    "SearchSpace",
+    "SpaceError",
+    "SpaceExhausted",
+    "Strategy",
+    "TrialVerdict",
+    "UnknownStrategyError",
+    "WindowStats",
+    "best_observation",
+    "default_objective",
+    "get_objective",
+    "goodput",
+    "judge_window",
+    "make_strategy",
+    "max_batch_for_memory",
+    "slo_throughput",
+    "statistical_efficiency",
+    "strategy_names",
+    "throughput",
+    "warm_start",
+    "window_stats",
+]

@@ -1,0 +1,215 @@
+"""What a trial is scored on: pure formulas and a registry of named objectives.
+
+Training jobs default to **goodput** (Pollux, Qiao et al., OSDI'21): useful progress per second,
+
+    GOODPUT(M) = THROUGHPUT(M) * EFFICIENCY(M),   EFFICIENCY(M) = (phi + M0) / (phi + M)
+
+where THROUGHPUT is in *samples* per second, M is the effective batch (samples per gradient
+synchronisation), M0 the batch the job was tuned at (its base batch) and phi the gradient noise
+scale the job's agent reports. Derivation: with gradient noise scale phi = tr(Sigma) / |g|^2,
+one SGD step on a batch of M makes the progress of ``M / M0 * (phi + M0) / (phi + M)`` steps on
+M0 (the "gain", AdaptDL's ``(var + sqr) / (var / scale + sqr)`` with scale = M / M0). Per
+*sample* that is gain / (M / M0) = (phi + M0) / (phi + M), which is why the efficiency multiplies
+a samples-per-second throughput. (Multiplying samples/s by the gain would count the batch twice;
+the gain goes with steps/s.) Goodput is then in M0-equivalent samples per second: it equals the
+throughput at M = M0, tends to it when phi >> M (perfect scaling), and to
+``throughput * M0 / M`` (constant progress per step) when phi << M.
+
+Inference services default to **slo_throughput**: the throughput, infeasible when the P99
+latency is over the SLO.
+
+An objective's ``evaluate`` never raises on bad measurements: a missing, non-finite or
+out-of-domain input gives ``Evaluation(status="missing")`` with the reason, so it can never
+become a trial value. Only an unknown objective name raises (:class:`ObjectiveError`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+Direction: TypeAlias = Literal["maximize", "minimize"]
+DIRECTIONS: tuple[Direction, ...] = ("maximize", "minimize")
+EvaluationStatus: TypeAlias = Literal["ok", "infeasible", "missing"]
+
+
+class ObjectiveError(ValueError):
+    """Unknown objective, or a formula called with values outside its domain."""
+
+
+def _positive(name: str, value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise ObjectiveError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def _non_negative(name: str, value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise ObjectiveError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+# --------------------------------------------------------------------------- formulas
+
+
+def statistical_efficiency(effective_batch: float, noise_scale: float, base_batch: float) -> float:
+    """Pollux's EFFICIENCY(M) = (phi + M0) / (phi + M): progress per sample at batch M relative
+    to batch M0. 1 at M = M0; below 1 for M > M0."""
+    m = _positive("effective_batch", effective_batch)
+    m0 = _positive("base_batch", base_batch)
+    phi = _non_negative("noise_scale", noise_scale)
+    return (phi + m0) / (phi + m)
+
+
+def throughput(throughput_samples_s: float) -> float:
+    """Raw training throughput in samples per second (not the default: it rewards batches
+    so large that each sample teaches less)."""
+    return _non_negative("throughput_samples_s", throughput_samples_s)
+
+
+def goodput(
+    throughput_samples_s: float, effective_batch: float, noise_scale: float, base_batch: float
+) -> float:
+    """GOODPUT = THROUGHPUT(M) * (phi + M0) / (phi + M), in M0-equivalent samples per second.
+
+    ``throughput_samples_s``: samples/s over all ranks; ``effective_batch``: M = per-device
+    batch * ranks * sync period; ``noise_scale``: phi, the gradient noise scale; ``base_batch``:
+    M0, the global batch the learning rate was tuned at.
+    """
+    return throughput(throughput_samples_s) * statistical_efficiency(
+        effective_batch, noise_scale, base_batch
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """An objective's verdict on one set of measurements."""
+
+    status: EvaluationStatus
+    value: float | None = None
+    reason: str = ""
+
+    @classmethod
+    def ok(cls, value: float) -> Evaluation:
+        return cls("ok", float(value))
+
+    @classmethod
+    def infeasible(cls, reason: str) -> Evaluation:
+        return cls("infeasible", None, reason)
+
+    @classmethod
+    def missing(cls, reason: str) -> Evaluation:
+        return cls("missing", None, reason)
+
+
+def slo_throughput(throughput: float, p99_latency_s: float, slo_s: float) -> Evaluation:
+    """Inference: the throughput when the P99 latency is within the SLO, infeasible otherwise
+    (at exactly the SLO it is met)."""
+    served = _non_negative("throughput", throughput)
+    p99 = _non_negative("p99_latency_s", p99_latency_s)
+    slo = _positive("slo_s", slo_s)
+    if p99 > slo:
+        return Evaluation.infeasible(f"slo: p99 latency {p99:.4g} s > SLO {slo:.4g} s")
+    return Evaluation.ok(served)
+
+
+def step_time(step_time_s: float) -> float:
+    """Mean seconds per optimizer step; minimized."""
+    return _positive("step_time_s", step_time_s)
+
+
+# --------------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True, slots=True)
+class Objective:
+    """A named objective: its direction and the inputs its formula needs."""
+
+    name: str
+    direction: Direction
+    inputs: tuple[str, ...]
+    description: str
+    formula: Callable[..., float | Evaluation]
+
+    def evaluate(self, inputs: Mapping[str, float | None]) -> Evaluation:
+        """Score one set of measurements; a missing or invalid input gives ``missing``."""
+        values: dict[str, float] = {}
+        for name in self.inputs:
+            value = inputs.get(name)
+            if value is None:
+                return Evaluation.missing(f"{self.name}: no {name}")
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return Evaluation.missing(f"{self.name}: {name} is not a number: {value!r}")
+            if not math.isfinite(value):
+                return Evaluation.missing(f"{self.name}: {name} is {value}")
+            values[name] = float(value)
+        try:
+            result = self.formula(**values)
+        except ObjectiveError as exc:
+            return Evaluation.missing(f"{self.name}: invalid measurement: {exc}")
+        return result if isinstance(result, Evaluation) else Evaluation.ok(result)
+
+
+OBJECTIVES: Mapping[str, Objective] = {
+    o.name: o
+    for o in (
+        Objective(
+            "goodput",
+            "maximize",
+            ("throughput_samples_s", "effective_batch", "noise_scale", "base_batch"),
+            "training progress per second: throughput x statistical efficiency (Pollux)",
+            goodput,
+        ),
+        Objective(
+            "throughput",
+            "maximize",
+            ("throughput_samples_s",),
+            "raw training throughput in samples/s",
+            throughput,
+        ),
+        Objective(
+            "slo_throughput",
+            "maximize",
+            ("throughput", "p99_latency_s", "slo_s"),
+            "inference throughput, infeasible when P99 latency exceeds the SLO",
+            slo_throughput,
+        ),
+        Objective(
+            "step_time",
+            "minimize",
+            ("step_time_s",),
+            "mean seconds per optimizer step",
+            step_time,
+        ),
+    )
+}
+
+DEFAULT_OBJECTIVE: Mapping[str, str] = {"training": "goodput", "inference": "slo_throughput"}
+
+
+def get_objective(name: str) -> Objective:
+    try:
+        return OBJECTIVES[name]
+    except (KeyError, TypeError):
+        known = ", ".join(sorted(OBJECTIVES))
+        raise ObjectiveError(f"unknown objective {name!r}; known: {known}") from None
+
+
+def default_objective(job_kind: str) -> Objective:
+    """``goodput`` for training jobs, ``slo_throughput`` for inference services."""
+    try:
+        return OBJECTIVES[DEFAULT_OBJECTIVE[job_kind]]
+    except KeyError:
+        raise ObjectiveError(
+            f"unknown job kind {job_kind!r}; known: {', '.join(DEFAULT_OBJECTIVE)}"
+        ) from None
+
+
+def check_direction(direction: str) -> Direction:
+    if direction == "maximize":
+        return "maximize"
+    if direction == "minimize":
+        return "minimize"
+    raise ObjectiveError(f"unknown direction {direction!r}; known: maximize, minimize")

@@ -1,0 +1,41 @@
+"""Search strategies behind one ask interface (see ``base.Strategy``)."""
+
+from tuner.strategies.bandit import AdaptiveBandit
+from tuner.strategies.base import (
+    REASON_OOM,
+    BaseStrategy,
+    Observation,
+    SpaceExhausted,
+    Strategy,
+    best_observation,
+    oom_rule,
+    warm_start,
+)
+from tuner.strategies.bayesian import BayesianOptimization
+from tuner.strategies.grid import GridSearch
+from tuner.strategies.random_search import RandomSearch
+from tuner.strategies.registry import (
+    STRATEGIES,
+    UnknownStrategyError,
+    make_strategy,
+    strategy_names,
+)
+
+__all__ = [
+    "REASON_OOM",
+    "STRATEGIES",
+    "AdaptiveBandit",
+    "BaseStrategy",
+    "BayesianOptimization",
+    "GridSearch",
+    "Observation",
+    "RandomSearch",
+    "SpaceExhausted",
+    "Strategy",
+    "UnknownStrategyError",
+    "best_observation",
+    "make_strategy",
+    "oom_rule",
+    "strategy_names",
+    "warm_start",
+]
