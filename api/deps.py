@@ -81,21 +81,22 @@ def get_session(runtime: RuntimeDep) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
-def _unauthorized(message: str) -> HTTPException:
+def unauthorized(message: str) -> HTTPException:
     return HTTPException(
         status.HTTP_401_UNAUTHORIZED, message, headers={"WWW-Authenticate": "Bearer"}
     )
 
 
-def get_current_token(
-    session: SessionDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer_scheme)],
-) -> ApiToken:
+BearerCredentials = Annotated[HTTPAuthorizationCredentials | None, Security(bearer_scheme)]
+"""The ``Authorization: Bearer`` credentials, if any (documented in OpenAPI either way)."""
+
+
+def get_current_token(session: SessionDep, credentials: BearerCredentials) -> ApiToken:
     if credentials is None:
-        raise _unauthorized("missing bearer token")
+        raise unauthorized("missing bearer token")
     token = accounts.authenticate(session, credentials.credentials)
     if token is None:
-        raise _unauthorized("invalid, expired or revoked token")
+        raise unauthorized("invalid, expired or revoked token")
     if token in session.dirty:
         # ``last_used_at`` moved (at most once a minute): keep it even if the request fails.
         session.commit()

@@ -9,24 +9,39 @@ Per the OTLP/HTTP spec: the response is in the request's encoding (protobuf or J
 ``partial_success`` when some points were rejected, and errors carry a ``google.rpc.Status``
 body: 400 malformed, 413 over ``otlp_max_body_bytes`` (on the wire or decompressed), 415 an
 unknown content type or encoding, 503 with ``Retry-After`` while the write pipeline is full.
+While the database is down, tokens it confirmed lately still route exports to their
+project (:class:`RecentTargets`), so jobs keep sending through an outage into the spool.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import AUTH_ERRORS, CurrentToken, MetricsDep, PipelineDep, RuntimeDep, SessionDep
+from api.deps import (
+    AUTH_ERRORS,
+    BearerCredentials,
+    MetricsDep,
+    PipelineDep,
+    RuntimeDep,
+    unauthorized,
+)
 from collector.otlp import decode
 from collector.otlp.receiver import OtlpReceiver, Signal
 from collector.otlp.telemetry import telemetry_for
 from collector.pipeline import Pipeline, PipelineFull
+from tuneloop import accounts
+from tuneloop.runtime import Runtime
+from tuneloop.storage import session_scope
 from tuneloop.storage.models import Project
 
 router = APIRouter(tags=["otlp"], responses=AUTH_ERRORS)
@@ -53,21 +68,90 @@ class Target:
     max_series: int
 
 
-def get_target(token: CurrentToken, session: SessionDep, runtime: RuntimeDep) -> Target:
-    if token.project_id is None:
-        raise HTTPException(
-            status.HTTP_403_FORBIDDEN,
-            "OTLP export needs a project token: an admin token belongs to no project, so the "
-            "data would have nowhere to go (create one: tuneloop token create --project NAME)",
+OUTAGE_GRACE_S = 600.0
+"""How long a token the database confirmed keeps routing exports while the database is down."""
+
+
+class RecentTargets:
+    """Targets of the tokens the database confirmed lately, by token hash.
+
+    Consulted only when the database cannot answer, so that exports go on into the pipeline's
+    spool through an outage instead of being refused; while it can answer, every request is
+    checked there, and a token it refuses is forgotten at once.
+    """
+
+    def __init__(self, max_age_s: float = OUTAGE_GRACE_S, max_entries: int = 10_000) -> None:
+        self._max_age_s = max_age_s
+        self._max_entries = max_entries
+        self._entries: OrderedDict[str, tuple[Target, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def remember(self, key: str, target: Target) -> None:
+        with self._lock:
+            self._entries[key] = (target, time.monotonic())
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._max_entries:
+                self._entries.popitem(last=False)
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
+    def recall(self, key: str) -> Target | None:
+        with self._lock:
+            entry = self._entries.get(key)
+        if entry is None or time.monotonic() - entry[1] > self._max_age_s:
+            return None
+        return entry[0]
+
+
+def _recent_targets(request: Request) -> RecentTargets:
+    state = request.app.state
+    with _RECEIVER_LOCK:
+        recent = getattr(state, "otlp_recent_targets", None)
+        if not isinstance(recent, RecentTargets):
+            recent = state.otlp_recent_targets = RecentTargets()
+    return recent
+
+
+def _target_from_store(runtime: Runtime, secret: str) -> Target:
+    # A session of its own, closed before the body is read: a slow client's 16 MiB upload
+    # must not hold a pooled connection.
+    with session_scope(runtime.sessions) as session:
+        token = accounts.authenticate(session, secret)
+        if token is None:
+            raise unauthorized("invalid, expired or revoked token")
+        if token.project_id is None:
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                "OTLP export needs a project token: an admin token belongs to no project, so "
+                "the data would have nowhere to go (create one: tuneloop token create "
+                "--project NAME)",
+            )
+        # One column, not the ORM's lazy load of the whole project: this runs on every request.
+        own_cap = session.scalar(select(Project.max_series).where(Project.id == token.project_id))
+        return Target(
+            token.project_id,
+            own_cap if own_cap is not None else runtime.settings.max_series_per_project,
         )
-    # One column, not the ORM's lazy load of the whole project: this runs on every request.
-    own_cap = session.scalar(select(Project.max_series).where(Project.id == token.project_id))
-    target = Target(
-        token.project_id,
-        own_cap if own_cap is not None else runtime.settings.max_series_per_project,
-    )
-    # Give the pooled connection back now, not after a slow client's 16 MiB upload.
-    session.commit()
+
+
+def get_target(request: Request, runtime: RuntimeDep, credentials: BearerCredentials) -> Target:
+    if credentials is None:
+        raise unauthorized("missing bearer token")
+    recent = _recent_targets(request)
+    key = accounts.hash_secret(credentials.credentials)
+    try:
+        target = _target_from_store(runtime, credentials.credentials)
+    except HTTPException:
+        recent.forget(key)
+        raise
+    except OperationalError:
+        remembered = recent.recall(key)
+        if remembered is None:
+            raise  # 503 with Retry-After (api.errors)
+        return remembered
+    recent.remember(key, target)
     return target
 
 
