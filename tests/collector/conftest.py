@@ -12,7 +12,6 @@ import contextlib
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, insert
 
+from tests.helpers import free_port
 from tuneloop.storage.models import Project
 from tuneloop.storage.types import utcnow
 
@@ -40,12 +40,6 @@ def create_project(engine: Engine, name: str = "p", max_series: int | None = Non
 @pytest.fixture
 def project_id(engine: Engine) -> int:
     return create_project(engine)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def postgres_bindir() -> Path | None:

@@ -14,8 +14,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, func, select, text
 
-from tests.collector.conftest import free_port
 from tests.conftest import reset_postgres
+from tests.helpers import free_port
 from tuneloop.storage.models import Series, samples
 
 

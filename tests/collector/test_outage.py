@@ -8,14 +8,13 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import func, select, text
-
 from collector.pipeline import Pipeline, PipelineConfig, PipelineFull
 from collector.sinks.store import StoreSink
 from collector.spool import Spool
 from tests.collector.conftest import PrivatePostgres, create_project
+from tests.helpers import stored_totals
 from tuneloop.storage import make_engine
-from tuneloop.storage.models import metadata, samples
+from tuneloop.storage.models import metadata
 from tuneloop.storage.timeseries.types import SeriesBatch, SeriesKind
 from tuneloop.storage.timeseries.writer import SampleWriter
 
@@ -111,14 +110,7 @@ def test_stopping_postgres_during_load_loses_and_repeats_nothing(
 
     total = SUBMISSIONS * SERIES * PER_SERIES
     assert load.accepted == total
-    with engine.connect() as connection:
-        count, value_sum = connection.execute(select(func.count(), func.sum(samples.c.value))).one()
-        repeated = connection.execute(
-            text(
-                "SELECT count(*) FROM (SELECT series_id, ts FROM samples"
-                " GROUP BY series_id, ts HAVING count(*) > 1) AS r"
-            )
-        ).scalar_one()
+    count, value_sum, repeated = stored_totals(engine)
     engine.dispose()
     assert repeated == 0
     assert count == load.accepted

@@ -18,24 +18,22 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
-import uvicorn
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
 )
 from opentelemetry.proto.metrics.v1.metrics_pb2 import Gauge, Metric
-from sqlalchemy import func, select, text
 
-from api.main import create_app
 from collector.pipeline import Pipeline
 from collector.service import build_pipeline
 from tests.api.conftest import Minter
-from tests.collector.conftest import PrivatePostgres, free_port
+from tests.collector.conftest import PrivatePostgres
+from tests.helpers import api_server, stored_totals
 from tests.otlp.builders import metrics_request, number
 from tuneloop.runtime import Runtime
 from tuneloop.settings import Settings
 from tuneloop.storage import make_engine, session_factory
-from tuneloop.storage.models import metadata, samples
+from tuneloop.storage.models import metadata
 
 SERIES = 5
 PER_SERIES = 10  # 50 points a request
@@ -124,21 +122,6 @@ def wait_for_a_write(pipeline: Pipeline, timeout_s: float = 10.0) -> None:
         time.sleep(0.005)
 
 
-def serve(runtime: Runtime, pipeline: Pipeline) -> tuple[str, uvicorn.Server, threading.Thread]:
-    port = free_port()
-    config = uvicorn.Config(
-        create_app(runtime, pipeline), host="127.0.0.1", port=port, log_level="error"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    return f"http://127.0.0.1:{port}", server, thread
-
-
 def test_stopping_postgres_under_http_load_loses_and_repeats_nothing(
     private_postgres: PrivatePostgres, tmp_path: Path
 ) -> None:
@@ -160,35 +143,35 @@ def test_stopping_postgres_under_http_load_loses_and_repeats_nothing(
     unseen = mint.token("fleet", "agent", "never-used-before-the-outage")
     pipeline = build_pipeline(runtime)  # the real wiring: settings, spool in data_dir
     pipeline.start()
-    url, server, server_thread = serve(runtime, pipeline)
-    load = Load(url, token)
-    load.thread.start()
     try:
-        load.wait_for_accepted_requests(30)
-        # Stop the server a moment after a flush: the points accepted since then are still
-        # queued, and the next flush (FLUSH_S after the first of them) finds the server gone,
-        # so they must go through the spool. Stopping at a random moment would, now and then,
-        # follow a flush so closely that nothing was left to spool.
-        wait_for_a_write(pipeline)
-        time.sleep(0.2)
-        private_postgres.stop("fast")
-        stopped_at = load.accepted_requests
-        time.sleep(OUTAGE_S / 2)
-        refused = httpx.post(
-            f"{url}/v1/metrics",
-            content=export_request(10**6, load.base_ns)[0].SerializeToString(),
-            headers={**load.headers, "Authorization": f"Bearer {unseen}"},
-            timeout=10,
-        )
-        time.sleep(OUTAGE_S / 2)
-        during = load.accepted_requests - stopped_at
-        private_postgres.start()
-        load.wait_for_accepted_requests(load.accepted_requests + 30)
+        with api_server(runtime, pipeline, log_level="error") as (url, _, server_thread):
+            load = Load(url, token)
+            load.thread.start()
+            try:
+                load.wait_for_accepted_requests(30)
+                # Stop the server a moment after a flush: the points accepted since then are
+                # still queued, and the next flush (FLUSH_S after the first of them) finds the
+                # server gone, so they must go through the spool. Stopping at a random moment
+                # would, now and then, follow a flush so closely that nothing was left to spool.
+                wait_for_a_write(pipeline)
+                time.sleep(0.2)
+                private_postgres.stop("fast")
+                stopped_at = load.accepted_requests
+                time.sleep(OUTAGE_S / 2)
+                refused = httpx.post(
+                    f"{url}/v1/metrics",
+                    content=export_request(10**6, load.base_ns)[0].SerializeToString(),
+                    headers={**load.headers, "Authorization": f"Bearer {unseen}"},
+                    timeout=10,
+                )
+                time.sleep(OUTAGE_S / 2)
+                during = load.accepted_requests - stopped_at
+                private_postgres.start()
+                load.wait_for_accepted_requests(load.accepted_requests + 30)
+            finally:
+                load.stop.set()
+                load.thread.join(15)
     finally:
-        load.stop.set()
-        load.thread.join(15)
-        server.should_exit = True
-        server_thread.join(15)
         pipeline.stop(timeout_s=15)
 
     assert not load.thread.is_alive() and not server_thread.is_alive()
@@ -202,14 +185,7 @@ def test_stopping_postgres_under_http_load_loses_and_repeats_nothing(
     assert spooled is not None and spooled > 0
     assert pipeline.status().spool_bytes == 0
 
-    with engine.connect() as connection:
-        count, value_sum = connection.execute(select(func.count(), func.sum(samples.c.value))).one()
-        repeated = connection.execute(
-            text(
-                "SELECT count(*) FROM (SELECT series_id, ts FROM samples"
-                " GROUP BY series_id, ts HAVING count(*) > 1) AS r"
-            )
-        ).scalar_one()
+    count, value_sum, repeated = stored_totals(engine)
     engine.dispose()
     assert repeated == 0
     assert count == load.accepted

@@ -26,8 +26,8 @@ from collector.sources.auto import (
     nvml_gpu_count,
 )
 from collector.sources.dcgm import DcgmSource
-from tests.collector.conftest import free_port
 from tests.collector.fakes import FakeNvml, FakeNvmlDevice, nvml_error
+from tests.helpers import free_port
 from tuneloop.settings import Settings, SettingsError, load_settings
 
 

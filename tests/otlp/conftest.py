@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
@@ -17,7 +15,7 @@ from api.main import create_app
 from collector.pipeline import Pipeline, PipelineConfig
 from collector.sinks.store import StoreSink
 from tests.api.conftest import Minter
-from tests.test_cli_up import free_port
+from tests.helpers import api_server
 from tuneloop.runtime import Runtime
 from tuneloop.settings import Settings
 from tuneloop.storage import session_factory
@@ -74,17 +72,5 @@ def mint(runtime: Runtime) -> Minter:
 @pytest.fixture
 def server(runtime: Runtime, pipeline: Pipeline) -> Iterator[str]:
     """The API app served by uvicorn on a free port, in a background thread."""
-    port = free_port()
-    config = uvicorn.Config(
-        create_app(runtime, pipeline), host="127.0.0.1", port=port, log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with api_server(runtime, pipeline) as (url, _, _):
+        yield url

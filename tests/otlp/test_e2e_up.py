@@ -18,10 +18,10 @@ import httpx
 import pytest
 
 from tests.conftest import BACKENDS
+from tests.helpers import free_port
 from tests.otlp.conftest import eventually
 from tests.otlp.query_api import QueryApi
 from tests.otlp.sdk_program import JOB, SECOND, run_job
-from tests.test_cli_up import free_port
 
 _TOKEN = re.compile(r"^\s*token\s+(tl_\S+)")
 
