@@ -1,0 +1,23 @@
+"""Tuner loop state (issue: tuner).
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-11-23 18:00:00
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+revision: str = "0002"
+down_revision: str | Sequence[str] | None = "0001"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    pass
+
+
+def downgrade() -> None:
+    pass

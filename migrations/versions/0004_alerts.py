@@ -1,0 +1,23 @@
+"""Alerting state beyond the initial tables (issue: alerts).
+
+Revision ID: 0004
+Revises: 0003
+Create Date: 2026-11-23 18:00:00
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+revision: str = "0004"
+down_revision: str | Sequence[str] | None = "0003"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    pass
+
+
+def downgrade() -> None:
+    pass
