@@ -46,6 +46,10 @@ class Settings(BaseSettings):
     """Width of one PostgreSQL samples partition."""
     maintenance_interval_s: float = Field(default=60.0, gt=0)
     """How often rollups and retention run."""
+    tuner_interval_s: float = Field(default=10.0, gt=0)
+    """How often the tuning loop visits each running study."""
+    task_queue: str = Field(default="tuneloop", min_length=1, max_length=200)
+    """Celery queue of tuneloop's tasks (workers, beat and senders of one deployment agree)."""
 
     sources: Annotated[tuple[str, ...], NoDecode] = ("auto",)
     """What the collector polls: specs such as ``host``, ``nvml``, ``dcgm[=HOST[:PORT]]``,

@@ -9,6 +9,8 @@ Storage layout (see docs/tuner.md, "Study persistence"):
 
 - ``Study.space``: ``SearchSpace.to_dict()`` plus :data:`SEED_KEY` (the strategy's seed or
   ``None``); ``SearchSpace.from_dict`` ignores the extra key.
+- ``Study.options``: :class:`~tuner.study_options.StudyOptions` (strategy options, measurement
+  policy, ranks, SLO, who drives the trials, warm-start studies).
 - ``Trial.params``: the proposed configuration, plus ``learning_rate`` when :func:`ask` was
   given ``ranks`` and the space has a learning-rate rule (a batch change never travels without
   its lr). :func:`history` drops keys that are not parameters of the space.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -35,8 +38,20 @@ from tuneloop.storage.models import Job, Study, Trial
 from tuneloop.storage.types import utcnow
 from tuner.objectives import check_direction, get_objective
 from tuner.space import ParamValue, SearchSpace
-from tuner.strategies.base import TRIAL_STATES, BaseStrategy, Observation, TrialState
+from tuner.strategies.base import (
+    TRIAL_STATES,
+    BaseStrategy,
+    Observation,
+    TrialState,
+    warm_start,
+)
 from tuner.strategies.registry import make_strategy
+from tuner.study_options import StudyOptions
+
+SIGNATURE_LABELS: Sequence[str] = ("model", "accelerator")
+"""Job labels that make up the model signature and hardware: studies of jobs that agree on all
+of them (and on the objective and, when both know it, the ranks) warm-start each other."""
+MAX_WARM_START_STUDIES = 10
 
 SEED_KEY = "strategy_seed"
 """Key of ``Study.space`` that holds the strategy's seed."""
@@ -71,15 +86,34 @@ def create_study(
     strategy: str,
     direction: str | None = None,
     seed: int | None = None,
+    options: StudyOptions | None = None,
     actor: str = ACTOR,
 ) -> Study:
-    """A new running study of ``job``. ``direction`` defaults to the objective's own."""
+    """A new running study of ``job``. ``direction`` defaults to the objective's own.
+
+    ``options`` default to :class:`StudyOptions` defaults (the loop drives the trials).
+    ``options.warm_start_from`` is filled in here when left empty: the latest studies of jobs
+    with the same signature (:func:`warm_start_studies`)."""
     goal = get_objective(objective)  # ObjectiveError (a ValueError) names the known ones
     chosen = check_direction(direction if direction is not None else goal.direction)
     if not isinstance(space, SearchSpace):
         raise StudyError(f"space must be a SearchSpace, got {type(space).__name__}")
-    # Building it checks the name (UnknownStrategyError lists the known ones) and the seed.
-    make_strategy(strategy, space, direction=chosen, seed=seed)
+    options = options if options is not None else StudyOptions()
+    if objective == "goodput" and space.base_batch is None:
+        raise StudyError(
+            "goodput needs base_batch in the space (the global batch the learning rate was "
+            "tuned at, Pollux's M0)"
+        )
+    if objective == "slo_throughput" and options.slo_s is None:
+        raise StudyError("slo_throughput needs slo_s (the P99 latency bound in seconds)")
+    # Building it checks the name (UnknownStrategyError lists the known ones), the options
+    # and the seed.
+    make_strategy(strategy, space, direction=chosen, seed=seed, options=options.strategy_options)
+    if not options.warm_start_from:
+        options = replace(
+            options,
+            warm_start_from=tuple(warm_start_studies(session, job, objective, options.ranks)),
+        )
     taken = session.scalar(select(Study.id).where(Study.job_id == job.id, Study.name == name))
     if taken is not None:
         raise DuplicateStudyError(f"job {job.name!r} already has a study named {name!r}")
@@ -91,6 +125,7 @@ def create_study(
         strategy=strategy,
         space={**space.to_dict(), SEED_KEY: seed},
         state="running",
+        options=options.to_dict(),
     )
     try:
         # A savepoint so that losing a race to the unique (job_id, name) keeps the caller's
@@ -113,10 +148,93 @@ def create_study(
             "strategy": strategy,
             "seed": seed,
             "space": space.to_dict(),
+            "options": options.to_dict(),
         },
     )
     session.flush()
     return study
+
+
+def job_signature(job: Job) -> dict[str, str] | None:
+    """The job's :data:`SIGNATURE_LABELS`, or ``None`` if it lacks one of them."""
+    labels = job.labels or {}
+    if not all(labels.get(name) for name in SIGNATURE_LABELS):
+        return None
+    return {name: str(labels[name]) for name in SIGNATURE_LABELS}
+
+
+def warm_start_studies(
+    session: Session, job: Job, objective: str, ranks: int | None = None
+) -> list[int]:
+    """Ids of the latest studies (at most :data:`MAX_WARM_START_STUDIES`) of the project's jobs
+    with ``job``'s signature and the same objective that have a finished trial; when both
+    sides know the ranks, they must agree. Empty when the job has no full signature."""
+    signature = job_signature(job)
+    if signature is None:
+        return []
+    finished = select(Trial.study_id).where(Trial.state.in_(("complete", "infeasible")))
+    candidates = session.execute(
+        select(Study, Job)
+        .join(Job, Study.job_id == Job.id)
+        .where(
+            Job.project_id == job.project_id,
+            Study.objective == objective,
+            Study.id.in_(finished),
+        )
+        .order_by(Study.id.desc())
+    ).all()
+    chosen: list[int] = []
+    for study, other in candidates:
+        if job_signature(other) != signature:
+            continue
+        other_ranks = study_options(study).ranks
+        if ranks is not None and other_ranks is not None and ranks != other_ranks:
+            continue
+        chosen.append(study.id)
+        if len(chosen) == MAX_WARM_START_STUDIES:
+            break
+    return sorted(chosen)
+
+
+def study_options(study: Study) -> StudyOptions:
+    return StudyOptions.from_dict(study.options)
+
+
+def prior_observations(session: Session, study: Study) -> tuple[Observation, ...]:
+    """The trials of the study's warm-start studies, ready to prepend to its history."""
+    space = study_space(study)
+    collected: list[Observation] = []
+    for other_id in study_options(study).warm_start_from:
+        other = session.get(Study, other_id)
+        if other is None or other.id == study.id:
+            continue  # deleted since: its evidence is gone with it
+        for obs in history(session, other):
+            # Numbered in the order collected so that several studies never clash.
+            collected.append(replace(obs, number=len(collected)))
+    return warm_start(collected, space)
+
+
+def list_studies(session: Session, job: Job) -> list[Study]:
+    return list(session.scalars(select(Study).where(Study.job_id == job.id).order_by(Study.id)))
+
+
+def get_study(session: Session, job: Job, ref: str) -> Study | None:
+    """The study of ``job`` named ``ref``, or with id ``ref`` when it is all digits."""
+    by = Study.id == int(ref) if ref.isdigit() else Study.name == ref
+    return session.scalars(select(Study).where(Study.job_id == job.id, by)).one_or_none()
+
+
+def list_trials(
+    session: Session, study: Study, *, limit: int = 100, offset: int = 0
+) -> list[Trial]:
+    query = (
+        select(Trial)
+        .where(Trial.study_id == study.id)
+        .order_by(Trial.number)
+        .limit(limit)
+        .offset(offset)
+    )
+    return list(session.scalars(query))
 
 
 def study_space(study: Study) -> SearchSpace:
@@ -131,10 +249,12 @@ def study_strategy(study: Study) -> BaseStrategy:
         study_space(study),
         direction=check_direction(study.direction),
         seed=seed,
+        options=study_options(study).strategy_options,
     )
 
 
-def _lock_study(session: Session, study: Study) -> None:
+def lock_study(session: Session, study: Study) -> None:
+    """Hold the study's row until the transaction ends, so one ask or loop step at a time."""
     # A no-op UPDATE rather than SELECT ... FOR UPDATE: on PostgreSQL both lock the row until
     # commit, but on SQLite only a write takes the database write lock (waiting busy_timeout)
     # before we read the history; a plain read would let two asks read the same history and
@@ -183,10 +303,12 @@ def ask(
 ) -> Trial:
     """Propose the next trial and store it as ``running``.
 
-    ``ranks``: the job's data-parallel ranks; with it, and a space with a learning-rate rule,
-    the stored params carry the matching ``learning_rate``. Raises ``SpaceExhausted`` when
+    ``ranks``: the job's data-parallel ranks (default: the study's ``ranks`` option); with
+    it, and a space with a learning-rate rule, the stored params carry the matching
+    ``learning_rate``. The trials of the study's warm-start studies are prepended to its
+    history as priors. Raises ``SpaceExhausted`` when
     nothing is left to propose. Two concurrent asks get different numbers and each sees the
-    other's trial: :func:`_lock_study` serialises them, and a clash on unique
+    other's trial: :func:`lock_study` serialises them, and a clash on unique
     (study_id, number) is still retried with fresh history.
     """
     if study.state != "running":
@@ -195,10 +317,13 @@ def ask(
     project_id = job.project_id if job is not None else None
     strategy = study_strategy(study)
     space = strategy.space
+    if ranks is None:
+        ranks = study_options(study).ranks
+    priors = prior_observations(session, study)
     for attempt in range(_ASK_RETRIES):
-        _lock_study(session, study)
+        lock_study(session, study)
         past = history(session, study)
-        config = strategy.ask(past, context)
+        config = strategy.ask([*priors, *past], context)
         params: dict[str, ParamValue] = (
             space.desired(config, ranks=ranks) if ranks is not None else dict(config)
         )
@@ -231,6 +356,7 @@ def ask(
             "number": trial.number,
             "config": params,
             "context": dict(context or {}),
+            "priors": len(priors),
         },
     )
     session.flush()
@@ -350,6 +476,7 @@ def best(session: Session, study: Study) -> Trial | None:
 
 __all__: Sequence[str] = [
     "SEED_KEY",
+    "SIGNATURE_LABELS",
     "DuplicateStudyError",
     "StudyError",
     "TrialConflictError",
@@ -357,8 +484,16 @@ __all__: Sequence[str] = [
     "ask",
     "best",
     "create_study",
+    "get_study",
     "history",
+    "job_signature",
+    "list_studies",
+    "list_trials",
+    "lock_study",
+    "prior_observations",
+    "study_options",
     "study_space",
     "study_strategy",
     "tell",
+    "warm_start_studies",
 ]

@@ -10,22 +10,26 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tuneloop.accounts import Conflict, InvalidInput, NotFound
-from tuneloop.storage.models import Job, JobConfig, Project
+from tuneloop.job_configs import (  # the one place config versions are written and read
+    CONFIG_WRITE_ATTEMPTS,
+    ConfigKind,
+    append_config,
+    latest_config,
+)
+from tuneloop.storage.models import Job, Project
 
 JobKind = Literal["training", "inference"]
 JobStatus = Literal["pending", "running", "paused", "succeeded", "failed", "cancelled"]
-ConfigKind = Literal["desired", "observed"]
 
 JOB_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}")
 LABEL_NAME_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 MAX_LABELS: Final = 64
 MAX_LABEL_VALUE_LEN: Final = 1024
-CONFIG_WRITE_ATTEMPTS: Final = 5
 
 
 def validate_job_name(name: str) -> str:
@@ -131,47 +135,17 @@ def update_job(
     return changes
 
 
-def append_config(
-    session: Session,
-    job: Job,
-    kind: ConfigKind,
-    config: Mapping[str, Any],
-    *,
-    source: str = "api",
-) -> JobConfig:
-    """Add the next ``kind`` version of ``job``'s config (previous + 1, starting at 1).
-
-    The job row is locked first (``FOR UPDATE`` on PostgreSQL), so concurrent writers get
-    consecutive versions. SQLite has no row locks: a writer that loses the race retries with
-    the next number, and after :data:`CONFIG_WRITE_ATTEMPTS` gets :class:`Conflict`.
-    """
-    session.scalars(select(Job.id).where(Job.id == job.id).with_for_update()).one()
-    for _ in range(CONFIG_WRITE_ATTEMPTS):
-        current = session.scalar(
-            select(func.max(JobConfig.version)).where(
-                JobConfig.job_id == job.id, JobConfig.kind == kind
-            )
-        )
-        row = JobConfig(
-            job_id=job.id,
-            kind=kind,
-            version=(current or 0) + 1,
-            config=dict(config),
-            source=source,
-        )
-        try:
-            with session.begin_nested():
-                session.add(row)
-        except IntegrityError:
-            continue
-        return row
-    raise Conflict(f"another {kind} config of job {job.name!r} was written meanwhile; retry")
-
-
-def latest_config(session: Session, job: Job, kind: ConfigKind) -> JobConfig | None:
-    return session.scalars(
-        select(JobConfig)
-        .where(JobConfig.job_id == job.id, JobConfig.kind == kind)
-        .order_by(JobConfig.version.desc())
-        .limit(1)
-    ).first()
+__all__ = [
+    "CONFIG_WRITE_ATTEMPTS",
+    "ConfigKind",
+    "JobKind",
+    "JobStatus",
+    "append_config",
+    "create_job",
+    "get_job",
+    "latest_config",
+    "list_jobs",
+    "update_job",
+    "validate_job_name",
+    "validate_labels",
+]

@@ -25,6 +25,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.sql import expression
 
 from tuneloop.storage.types import BigIntPK, LabelsJSON, UTCDateTime, utcnow
 
@@ -130,7 +131,14 @@ class Study(Base):
     strategy: Mapped[str] = mapped_column(String(50))
     space: Mapped[dict[str, Any]] = mapped_column()
     state: Mapped[str] = mapped_column(String(20), default="running")
+    """``running`` (the loop or an agent is trying configurations), ``complete`` (every trial
+    done, the best config applied) or ``stopped``."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Tuning loop (migration 0002): strategy options, measurement policy, ranks, SLO, who
+    # drives the trials, the earlier studies it warm-starts from (see tuner/study_options.py).
+    options: Mapped[dict[str, Any]] = mapped_column(
+        default=dict, server_default=expression.text("'{}'")
+    )
 
 
 class Trial(Base):
@@ -147,6 +155,12 @@ class Trial(Base):
     measurements: Mapped[dict[str, Any]] = mapped_column(default=dict)
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     completed_at: Mapped[datetime | None] = mapped_column(default=None)
+    # Tuning loop (migration 0002): the desired config version that carries this trial to the
+    # job (``None`` for trials an agent asked for itself), when the job acknowledged running
+    # it (the measurement window starts there) and how often its window was extended.
+    desired_version: Mapped[int | None] = mapped_column(Integer, default=None)
+    applied_at: Mapped[datetime | None] = mapped_column(default=None)
+    extensions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class AuditEntry(Base):

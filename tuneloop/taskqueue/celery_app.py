@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from celery import Celery
+from celery import Celery, Task
 from sqlalchemy.exc import OperationalError
 
 from tuneloop.settings import Settings
@@ -40,17 +40,46 @@ def create_app(settings: Settings) -> Celery:
         broker_connection_retry_on_startup=True,
         beat_schedule=beat_schedule(tasks),
     )
+    app.conf.task_default_queue = settings.task_queue
     for task in tasks:
-        app.task(
-            name=task.name,
-            shared=False,
-            autoretry_for=RETRYABLE,
-            retry_backoff=True,
-            retry_backoff_max=60,
-            retry_jitter=True,
-            max_retries=3,
-        )(task.func)
+        if task.fan_out is None:
+            _register(app, task.name, task.func)
+        else:
+            _register(
+                app,
+                task.name,
+                _enqueue_each(_register(app, task.fan_out.name, task.fan_out.each), task),
+            )
     return app
+
+
+def _register(app: Celery, name: str, func: Callable[..., None]) -> Task:
+    # Retried with backoff and jitter on a database that is briefly away; acks_late (above)
+    # brings back a task whose worker died.
+    task: Task = app.task(
+        name=name,
+        shared=False,
+        autoretry_for=RETRYABLE,
+        retry_backoff=True,
+        retry_backoff_max=60,
+        retry_jitter=True,
+        max_retries=3,
+    )(func)
+    return task
+
+
+def _enqueue_each(each: Task, periodic: PeriodicTask) -> Callable[[], None]:
+    fan_out = periodic.fan_out
+    assert fan_out is not None
+
+    def enqueue() -> None:
+        for item in fan_out.ids():
+            # A per-item task not started within one interval is dropped: the next tick
+            # enqueues it again with fresh state.
+            each.apply_async(args=[item], expires=periodic.interval_s)
+
+    enqueue.__name__ = periodic.name.rsplit(".", 1)[-1]
+    return enqueue
 
 
 def beat_schedule(tasks: Iterable[PeriodicTask]) -> dict[str, dict[str, Any]]:

@@ -2,11 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tuneloop.settings import Settings
 from tuneloop.taskqueue import maintenance
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class FanOut:
+    """Per-item work of a periodic task: ``ids()`` lists the items, ``each(id)`` handles one.
+
+    On Celery the periodic task enqueues one ``name`` task per id (each retried on its own);
+    in-process it calls ``each`` for every id in turn."""
+
+    name: str
+    """Celery name of the per-item task."""
+    ids: Callable[[], Sequence[int]]
+    each: Callable[[int], None]
+
+    def run_inline(self) -> None:
+        for item in self.ids():
+            try:
+                self.each(item)
+            except Exception:
+                # One bad item must not starve the others; it is tried again next tick.
+                log.exception("task %s(%s) failed; it runs again at the next tick", self.name, item)
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,15 +40,29 @@ class PeriodicTask:
     func: Callable[[], None]
     """Takes nothing and re-reads the store, so a late or repeated run is harmless."""
     interval_s: float
+    fan_out: FanOut | None = None
+    """Set when ``func`` is ``fan_out.run_inline``: Celery enqueues the items instead."""
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0:
             raise ValueError(f"{self.name}: interval_s must be > 0, got {self.interval_s}")
 
+    @classmethod
+    def fanning_out(cls, name: str, fan_out: FanOut, interval_s: float) -> PeriodicTask:
+        return cls(name, fan_out.run_inline, interval_s, fan_out)
+
 
 def periodic_tasks(settings: Settings) -> tuple[PeriodicTask, ...]:
+    # Imported here: the tuner's tasks import this package's maintenance module.
+    from tuner import tasks as tuner_tasks
+
     every = settings.maintenance_interval_s
     return (
         PeriodicTask("tuneloop.maintenance.rollups", maintenance.run_rollups, every),
         PeriodicTask("tuneloop.maintenance.retention", maintenance.run_retention, every),
+        PeriodicTask.fanning_out(
+            tuner_tasks.DISPATCH,
+            tuner_tasks.FAN_OUT,
+            settings.tuner_interval_s,
+        ),
     )

@@ -1,0 +1,139 @@
+"""What a study stores besides its space: how the loop runs it (``Study.options``, JSON).
+
+Pure: validation and (de)serialisation only. An invalid option raises :class:`OptionsError`
+(a ``ValueError``) with one line naming it, so the API answers 422 and a task never starts a
+study it could not run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Final, Literal
+
+from tuner.measurement import MeasurementError, MeasurementPolicy
+
+Driver = Literal["tuner", "agent"]
+DRIVERS: Final = ("tuner", "agent")
+
+DEFAULT_ACK_TIMEOUT_S: Final = 600.0
+
+
+class OptionsError(ValueError):
+    """An invalid study option."""
+
+
+@dataclass(frozen=True, slots=True)
+class StudyOptions:
+    """How a study runs.
+
+    - ``strategy_options``: keyword arguments of the strategy (``make_strategy(options=...)``).
+    - ``measurement``: the window each trial is judged on (``judge_window``).
+    - ``ranks``: data-parallel ranks of the job, for the effective batch and the learning rate.
+    - ``slo_s``: the P99 latency bound of ``slo_throughput``.
+    - ``driven_by``: ``tuner`` (the control plane's loop writes each proposal as a desired
+      config and measures it) or ``agent`` (the job asks and tells through the API itself).
+    - ``max_trials``: the study completes after this many finished trials and its best
+      configuration is applied; ``None`` runs until stopped.
+    - ``ack_timeout_s``: a trial whose desired version the job has not acknowledged in this
+      long fails (the job may be gone).
+    - ``warm_start_from``: ids of the earlier studies whose trials prime the strategy, fixed at
+      creation so that every ask sees the same priors.
+    """
+
+    strategy_options: Mapping[str, Any] = field(default_factory=dict)
+    measurement: MeasurementPolicy = field(default_factory=MeasurementPolicy)
+    ranks: int | None = None
+    slo_s: float | None = None
+    driven_by: Driver = "tuner"
+    max_trials: int | None = None
+    ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S
+    warm_start_from: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.strategy_options, Mapping):
+            raise OptionsError("strategy_options must be an object")
+        if not isinstance(self.measurement, MeasurementPolicy):
+            raise OptionsError("measurement must be a MeasurementPolicy")
+        _check_positive_int("ranks", self.ranks)
+        _check_positive_int("max_trials", self.max_trials)
+        if self.slo_s is not None and not _positive_number(self.slo_s):
+            raise OptionsError(f"slo_s must be a positive number of seconds, got {self.slo_s!r}")
+        if self.driven_by not in DRIVERS:
+            raise OptionsError(f"driven_by must be one of {', '.join(DRIVERS)}")
+        if not _positive_number(self.ack_timeout_s):
+            raise OptionsError(
+                f"ack_timeout_s must be a positive number, got {self.ack_timeout_s!r}"
+            )
+        ids = tuple(self.warm_start_from)
+        for study_id in ids:
+            _check_positive_int("warm_start_from", study_id)
+        object.__setattr__(self, "warm_start_from", ids)
+        object.__setattr__(self, "strategy_options", dict(self.strategy_options))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "strategy_options": dict(self.strategy_options),
+            "measurement": asdict(self.measurement),
+            "ranks": self.ranks,
+            "slo_s": self.slo_s,
+            "driven_by": self.driven_by,
+            "max_trials": self.max_trials,
+            "ack_timeout_s": self.ack_timeout_s,
+            "warm_start_from": list(self.warm_start_from),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> StudyOptions:
+        """The options stored with a study; keys left out take their defaults (a study created
+        before options existed has ``{}``)."""
+        data = dict(data or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise OptionsError(f"unknown study option {', '.join(unknown)}")
+        if "measurement" in data:
+            data["measurement"] = measurement_policy(data["measurement"])
+        if "warm_start_from" in data:
+            data["warm_start_from"] = tuple(data["warm_start_from"] or ())
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise OptionsError(str(exc)) from None
+
+
+def measurement_policy(data: Mapping[str, Any] | MeasurementPolicy | None) -> MeasurementPolicy:
+    """A :class:`MeasurementPolicy` from its JSON form (unknown keys refused)."""
+    if data is None:
+        return MeasurementPolicy()
+    if isinstance(data, MeasurementPolicy):
+        return data
+    if not isinstance(data, Mapping):
+        raise OptionsError("measurement must be an object")
+    known = {f.name for f in fields(MeasurementPolicy)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise OptionsError(
+            f"unknown measurement option {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    try:
+        return MeasurementPolicy(**data)
+    except MeasurementError as exc:
+        raise OptionsError(f"measurement: {exc}") from None
+
+
+def _positive_number(value: object) -> bool:
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def _check_positive_int(name: str, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise OptionsError(f"{name} must be a positive integer, got {value!r}")
