@@ -1,0 +1,212 @@
+"""The tuning loop on real processes: `tuneloop beat` and `tuneloop worker` on the local Redis
+and PostgreSQL, a worker SIGKILLed in the middle of a trial and a new one resuming the study;
+and the same loop in-process, without Redis."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, func, select
+
+from tests.conftest import reset_postgres
+from tests.tuner import jobsim
+from tuneloop.settings import configure, load_settings
+from tuneloop.storage import make_engine, migrate, session_factory, session_scope
+from tuneloop.storage.models import AuditEntry, Study, Trial
+from tuneloop.storage.types import utcnow
+from tuneloop.taskqueue import maintenance, periodic_tasks
+from tuner import service, tasks
+from tuner.measurement import MeasurementPolicy
+from tuner.space import SearchSpace
+from tuner.study_options import StudyOptions
+
+ROOT = Path(__file__).resolve().parents[2]
+SPACE = SearchSpace.training((8, 64), (1, 2), sync_powers_of_two=True, base_lr=0.1, base_batch=32)
+POLICY = MeasurementPolicy(
+    warmup_s=1, window_s=4, min_samples=4, max_rel_stderr=0.05, max_age_s=120, max_extensions=1
+)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    assert condition(), f"timed out after {timeout} s waiting for {what}"
+
+
+def create_study(engine: Engine) -> tuple[int, int, int]:
+    with session_scope(session_factory(engine)) as session:
+        job = jobsim.make_job(session)
+        study = service.create_study(
+            session,
+            job,
+            name="batch",
+            objective="goodput",
+            space=SPACE,
+            strategy="bayesian",
+            seed=0,
+            options=StudyOptions(measurement=POLICY, ranks=2, max_trials=2),
+        )
+        return study.id, job.id, job.project_id
+
+
+def trial_rows(engine: Engine, study_id: int) -> list[Trial]:
+    with session_scope(session_factory(engine)) as session:
+        rows = session.scalars(
+            select(Trial).where(Trial.study_id == study_id).order_by(Trial.number)
+        ).all()
+        session.expunge_all()
+        return list(rows)
+
+
+def audit_counts(engine: Engine) -> dict[str, int]:
+    with session_scope(session_factory(engine)) as session:
+        rows = session.execute(
+            select(AuditEntry.action, func.count()).group_by(AuditEntry.action)
+        ).all()
+        return {action: int(count) for action, count in rows}
+
+
+def run_trial_on_the_job_side(engine: Engine, job_id: int, project_id: int, version: int) -> None:
+    """The agent applied ``version`` 20 s ago and has reported steps since."""
+    now = utcnow()
+    jobsim.report(engine, job_id, version, at=now - timedelta(seconds=20))
+    jobsim.write_steps(
+        engine,
+        project_id,
+        "train",
+        start=now - timedelta(seconds=20),
+        end=now,
+        per_rank=100.0 + 10 * version,
+        noise_scale=400.0,
+    )
+
+
+@contextmanager
+def process(args: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tuneloop", *args], env=env, stdout=out, stderr=out, cwd=ROOT
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(30)
+
+
+@pytest.mark.redis
+@pytest.mark.postgres
+def test_a_worker_killed_mid_trial_and_a_new_one_resumes(
+    postgres_server_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    reset_postgres(postgres_server_url)
+    migrate.upgrade(postgres_server_url)
+    engine = make_engine(postgres_server_url)
+    study_id, job_id, project_id = create_study(engine)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TUNELOOP_DATABASE_URL": postgres_server_url,
+        "TUNELOOP_REDIS_URL": redis_url,
+        # A queue of its own: other test runs may share this Redis database.
+        "TUNELOOP_TASK_QUEUE": f"tuneloop-test-{uuid.uuid4().hex}",
+        "TUNELOOP_DATA_DIR": str(tmp_path),
+        "TUNELOOP_TUNER_INTERVAL_S": "0.5",
+        "TUNELOOP_MAINTENANCE_INTERVAL_S": "3600",
+        "TUNELOOP_LOG_LEVEL": "info",
+    }
+    worker_args = ["worker", "--pool", "solo", "--concurrency", "1"]
+
+    def running_trial(number: int) -> bool:
+        rows = trial_rows(engine, study_id)
+        return len(rows) >= number and rows[number - 1].desired_version == number
+
+    with process(["beat"], env, tmp_path / "beat.log"):
+        with process(worker_args, env, tmp_path / "worker1.log") as first:
+            wait_for(lambda: running_trial(1), 60, "the first worker to start trial 1")
+            first.send_signal(signal.SIGKILL)  # mid-trial: proposed, applied, not measured
+            first.wait(10)
+        assert [t.state for t in trial_rows(engine, study_id)] == ["running"]
+
+        # While no worker runs, the job applies the trial and reports its steps.
+        run_trial_on_the_job_side(engine, job_id, project_id, 1)
+        time.sleep(1.0)  # beat keeps enqueueing; the ticks that expire meanwhile are dropped
+        assert [t.state for t in trial_rows(engine, study_id)] == ["running"]
+
+        with process(worker_args, env, tmp_path / "worker2.log"):
+            wait_for(lambda: running_trial(2), 60, "the second worker to measure 1, start 2")
+            run_trial_on_the_job_side(engine, job_id, project_id, 2)
+
+            def completed() -> bool:
+                with session_scope(session_factory(engine)) as session:
+                    study = session.get(Study, study_id)
+                    return study is not None and study.state == "complete"
+
+            wait_for(completed, 60, "the study to complete")
+
+    trials = trial_rows(engine, study_id)
+    assert [(t.number, t.state, t.desired_version) for t in trials] == [
+        (1, "complete", 1),
+        (2, "complete", 2),
+    ]
+    assert all(t.value is not None and t.value > 0 for t in trials)
+    assert trials[1].value > trials[0].value  # the job ran faster on version 2
+    versions = jobsim.desired(engine, job_id)
+    assert [v.version for v in versions] == [1, 2, 3], "one desired version per trial + best"
+    assert versions[-1].config == trials[1].params
+    counts = audit_counts(engine)
+    for action, expected in {
+        "trial.ask": 2,
+        "trial.apply": 2,
+        "trial.applied": 2,
+        "trial.tell": 2,
+        "study.complete": 1,
+    }.items():
+        assert counts.get(action) == expected, (action, counts)
+    engine.dispose()
+
+
+@pytest.fixture
+def _in_process_settings(tmp_path: Path) -> Iterator[str]:
+    url = f"sqlite:///{tmp_path / 'tuneloop.db'}"
+    configure(load_settings(database_url=url, redis_url=None, data_dir=str(tmp_path)))
+    yield url
+    maintenance.close_task_runtime()
+    configure(load_settings())
+
+
+def test_the_embedded_default_runs_the_loop_in_process(_in_process_settings: str) -> None:
+    url = _in_process_settings
+    migrate.upgrade(url)
+    engine = make_engine(url)
+    study_id, job_id, project_id = create_study(engine)
+    [dispatch] = [t for t in periodic_tasks(load_settings()) if t.name == tasks.DISPATCH]
+
+    dispatch.func()
+    assert [t.desired_version for t in trial_rows(engine, study_id)] == [1]
+    dispatch.func()  # a repeated tick: nothing new
+    assert len(trial_rows(engine, study_id)) == 1
+
+    run_trial_on_the_job_side(engine, job_id, project_id, 1)
+    dispatch.func()  # acknowledged
+    dispatch.func()  # measured and told
+    dispatch.func()  # trial 2 asked
+    assert [(t.state, t.desired_version) for t in trial_rows(engine, study_id)] == [
+        ("complete", 1),
+        ("running", 2),
+    ]
+    engine.dispose()
