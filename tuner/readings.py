@@ -25,7 +25,7 @@ from typing import Final
 from sqlalchemy import Connection, Engine
 
 from tuneloop.storage.timeseries.functions import histogram_quantile
-from tuneloop.storage.timeseries.query import find_series, query_range
+from tuneloop.storage.timeseries.query import TooManySeries, find_series, query_range
 from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp
 from tuner.measurement import Sample
 
@@ -51,7 +51,10 @@ def job_matchers(job_name: str) -> list[Matcher]:
 
 
 def has_series(bind: Bind, project_id: int, job_name: str, metric: str) -> bool:
-    return bool(find_series(bind, project_id, metric, job_matchers(job_name), max_series=1))
+    try:
+        return bool(find_series(bind, project_id, metric, job_matchers(job_name), max_series=1))
+    except TooManySeries:  # more than one: there is data
+        return True
 
 
 def rank_count(bind: Bind, project_id: int, job_name: str) -> int:

@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session
 from tuneloop.accounts import record_audit
 from tuneloop.storage.models import Job, Study, Trial
 from tuneloop.storage.types import utcnow
+from tuner import readings
 from tuner.objectives import check_direction, get_objective
 from tuner.space import ParamValue, SearchSpace
 from tuner.strategies.base import (
@@ -87,13 +88,14 @@ def create_study(
     direction: str | None = None,
     seed: int | None = None,
     options: StudyOptions | None = None,
+    warm_start: bool = True,
     actor: str = ACTOR,
 ) -> Study:
     """A new running study of ``job``. ``direction`` defaults to the objective's own.
 
     ``options`` default to :class:`StudyOptions` defaults (the loop drives the trials).
-    ``options.warm_start_from`` is filled in here when left empty: the latest studies of jobs
-    with the same signature (:func:`warm_start_studies`)."""
+    With ``warm_start`` and an empty ``options.warm_start_from``, the latter is filled in here:
+    the latest studies of jobs with the same signature (:func:`warm_start_studies`)."""
     goal = get_objective(objective)  # ObjectiveError (a ValueError) names the known ones
     chosen = check_direction(direction if direction is not None else goal.direction)
     if not isinstance(space, SearchSpace):
@@ -109,7 +111,7 @@ def create_study(
     # Building it checks the name (UnknownStrategyError lists the known ones), the options
     # and the seed.
     make_strategy(strategy, space, direction=chosen, seed=seed, options=options.strategy_options)
-    if not options.warm_start_from:
+    if warm_start and not options.warm_start_from:
         options = replace(
             options,
             warm_start_from=tuple(warm_start_studies(session, job, objective, options.ranks)),
@@ -153,6 +155,19 @@ def create_study(
     )
     session.flush()
     return study
+
+
+def require_step_timing(session: Session, job: Job, objective: str) -> int:
+    """Refuse a study of a job with no step-timing data in the store (nothing to measure its
+    trials on); returns the number of ranks the data shows (0 for a step-time-only job)."""
+    bind = session.connection()
+    metric = readings.primary_metric(objective)
+    if not readings.has_series(bind, job.project_id, job.name, metric):
+        raise StudyError(
+            f"job {job.name!r} has no step-timing data ({metric}{{job={job.name!r}}}) in the "
+            "store: report step timings (docs/step-timing.md) before creating a study"
+        )
+    return readings.rank_count(bind, job.project_id, job.name)
 
 
 def job_signature(job: Job) -> dict[str, str] | None:
@@ -491,6 +506,7 @@ __all__: Sequence[str] = [
     "list_trials",
     "lock_study",
     "prior_observations",
+    "require_step_timing",
     "study_options",
     "study_space",
     "study_strategy",

@@ -1,0 +1,177 @@
+"""Tuning studies of a job: ``/api/v1/projects/{project}/jobs/{job}/studies``.
+
+Members and admins create studies (a study writes desired configs); every role of the project
+reads them, and a job's agent drives an agent-driven study through ``ask`` and ``tell``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Path, status
+
+from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, PageDep, SessionDep, require
+from api.routes.jobs import JobDep
+from api.schemas import Page
+from api.services import studies as study_service
+from api.study_schemas import AskIn, StudyCreate, StudyOut, TellIn, TrialOut
+from tuneloop import accounts
+from tuneloop.storage.models import Study
+from tuner import service
+from tuner.measurement import MeasurementError
+from tuner.objectives import ObjectiveError
+from tuner.space import SpaceError
+from tuner.strategies.base import SpaceExhausted
+from tuner.strategies.registry import UnknownStrategyError
+from tuner.study_options import OptionsError
+
+router = APIRouter(
+    prefix=f"{API_PREFIX}/projects/{{project}}/jobs/{{job}}/studies",
+    tags=["studies"],
+    responses=AUTH_ERRORS,
+)
+
+STUDY_REF_DOC = "Study name, or study id when all digits"
+
+
+@contextmanager
+def _study_errors() -> Iterator[None]:
+    """The tuner's exceptions as HTTP answers with their one-line reasons."""
+    try:
+        yield
+    except (service.DuplicateStudyError, service.TrialConflictError) as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    except service.UnknownTrialError as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+    except SpaceExhausted as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"nothing left to try: {exc}") from None
+    except (
+        service.StudyError,
+        SpaceError,
+        ObjectiveError,
+        UnknownStrategyError,
+        OptionsError,
+        MeasurementError,
+    ) as exc:
+        raise HTTPException(422, str(exc)) from None
+
+
+def get_study(
+    study: Annotated[str, Path(description=STUDY_REF_DOC)], job: JobDep, session: SessionDep
+) -> Study:
+    found = service.get_study(session, job, study)
+    if found is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"study {study!r} not found")
+    return found
+
+
+StudyDep = Annotated[Study, Depends(get_study)]
+
+
+def _agent_driven(study: Study) -> None:
+    if service.study_options(study).driven_by != "agent":
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"study {study.name!r} is driven by the tuner loop; create one with "
+            '"driven_by": "agent" to ask and tell from the job',
+        )
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, summary="Create a study for a job")
+def create_study(
+    body: StudyCreate, job: JobDep, session: SessionDep, token: CurrentToken
+) -> StudyOut:
+    """Refused with 422 and the reason for empty or inverted bounds, an unknown objective or
+    strategy, bad options, or a job without step-timing data in the store; 409 if the job
+    already has a study of that name."""
+    require(accounts.can_write_desired_config(token), "agent tokens cannot create studies")
+    with _study_errors():
+        study = study_service.create_study(session, job, body, actor=accounts.actor_name(token))
+    return StudyOut.of(study)
+
+
+@router.get("", summary="A job's studies")
+def list_studies(job: JobDep, session: SessionDep, _token: CurrentToken) -> list[StudyOut]:
+    return [StudyOut.of(study) for study in service.list_studies(session, job)]
+
+
+@router.get("/{study}", summary="One study")
+def read_study(study: StudyDep) -> StudyOut:
+    return StudyOut.of(study)
+
+
+@router.get("/{study}/trials", summary="A study's trials, in order")
+def list_trials(study: StudyDep, session: SessionDep, page: PageDep) -> Page[TrialOut]:
+    rows = service.list_trials(session, study, limit=page.fetch, offset=page.offset)
+    more = len(rows) > page.limit
+    return Page(
+        items=[TrialOut.of(row) for row in rows[: page.limit]],
+        limit=page.limit,
+        offset=page.offset,
+        next_offset=page.offset + page.limit if more else None,
+    )
+
+
+@router.get("/{study}/best", summary="The best trial so far and its config")
+def best_trial(study: StudyDep, session: SessionDep) -> TrialOut:
+    top = service.best(session, study)
+    if top is None:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, f"study {study.name!r} has no complete trial yet"
+        )
+    return TrialOut.of(top)
+
+
+@router.post(
+    "/{study}/ask",
+    status_code=status.HTTP_201_CREATED,
+    summary="Next configuration to try (agent-driven studies)",
+)
+def ask(
+    study: StudyDep, session: SessionDep, token: CurrentToken, body: AskIn | None = None
+) -> TrialOut:
+    """A new ``running`` trial; its params carry the learning rate for the job's ranks."""
+    _agent_driven(study)
+    _running(study)
+    with _study_errors():
+        trial = service.ask(
+            session,
+            study,
+            context=body.context if body else None,
+            actor=accounts.actor_name(token),
+        )
+    return TrialOut.of(trial)
+
+
+@router.post("/{study}/trials/{number}/tell", summary="Report a trial's result (agent-driven)")
+def tell(
+    body: TellIn,
+    number: int,
+    study: StudyDep,
+    session: SessionDep,
+    token: CurrentToken,
+) -> TrialOut:
+    """Telling the same result again is a no-op; a different one for a finished trial is 409.
+    ``complete`` needs a finite ``value``; ``infeasible`` and ``failed`` need a ``reason``
+    (``oom`` for out of memory: larger batches are not proposed again)."""
+    _agent_driven(study)
+    with _study_errors():
+        trial = service.tell(
+            session,
+            study,
+            number,
+            state=body.state,
+            value=body.value,
+            stderr=body.stderr,
+            reason=body.reason,
+            measurements=body.measurements,
+            actor=accounts.actor_name(token),
+        )
+    return TrialOut.of(trial)
+
+
+def _running(study: Study) -> None:
+    if study.state != "running":
+        raise HTTPException(status.HTTP_409_CONFLICT, f"study {study.name!r} is {study.state}")

@@ -1,0 +1,57 @@
+"""Studies through the API: turn a request into the tuner's objects and call its service."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sqlalchemy.orm import Session
+
+from api.study_schemas import StudyCreate
+from tuneloop.storage.models import Job, Study
+from tuner import service
+from tuner.objectives import default_objective
+from tuner.space import SearchSpace
+from tuner.study_options import StudyOptions, measurement_policy
+
+
+def create_study(session: Session, job: Job, body: StudyCreate, *, actor: str) -> Study:
+    """Validate ``body`` (space, objective, strategy and its options, measurement policy,
+    step-timing data of the job) and create the study. Raises ``ValueError`` subclasses with
+    one-line reasons."""
+    objective = body.objective or default_objective(job.kind).name
+    space = SearchSpace.training(
+        batch_size=body.space.batch_size,
+        sync_period=body.space.sync_period,
+        bucket_mb=body.space.bucket_mb,
+        batch_powers_of_two=body.space.batch_powers_of_two,
+        sync_powers_of_two=body.space.sync_powers_of_two,
+        lr_scaling=body.space.lr_scaling,
+        base_lr=body.space.base_lr,
+        base_batch=body.space.base_batch,
+        sync_mode=body.space.sync_mode,
+    )
+    options = StudyOptions(
+        strategy_options=body.strategy_options,
+        measurement=measurement_policy(body.measurement),
+        ranks=body.ranks,
+        slo_s=body.slo_s,
+        driven_by=body.driven_by,
+        max_trials=body.max_trials,
+        ack_timeout_s=body.ack_timeout_s,
+    )
+    ranks_seen = service.require_step_timing(session, job, objective)
+    if options.ranks is None and ranks_seen:
+        options = replace(options, ranks=ranks_seen)
+    return service.create_study(
+        session,
+        job,
+        name=body.name,
+        objective=objective,
+        space=space,
+        strategy=body.strategy,
+        direction=body.direction,
+        seed=body.seed,
+        options=options,
+        warm_start=body.warm_start,
+        actor=actor,
+    )

@@ -1,0 +1,144 @@
+"""Request and response bodies of the studies API (``api/routes/studies.py``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tuneloop.storage.models import Study, Trial
+from tuner.service import SEED_KEY
+from tuner.study_options import DEFAULT_ACK_TIMEOUT_S
+
+Bounds = tuple[int, int]
+
+
+class SpaceIn(BaseModel):
+    """The standard training space (``SearchSpace.training``); bounds are inclusive."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch_size: Bounds = Field(description="Per-device batch size [low, high]")
+    sync_period: Bounds | None = Field(
+        default=None, description="Micro-steps between gradient synchronisations [low, high]"
+    )
+    bucket_mb: Bounds | None = Field(default=None, description="All-reduce bucket size, MB")
+    batch_powers_of_two: bool = True
+    sync_powers_of_two: bool = False
+    lr_scaling: Literal["linear", "sqrt"] | None = "linear"
+    base_lr: float | None = Field(default=None, description="Learning rate at base_batch")
+    base_batch: int | None = Field(default=None, description="Global batch of base_lr (M0)")
+    sync_mode: Literal["accumulate", "local_sgd"] = "accumulate"
+
+
+class StudyCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200, examples=["batch-and-sync"])
+    objective: str | None = Field(
+        default=None,
+        description="goodput, throughput, slo_throughput or step_time; default by job kind",
+    )
+    strategy: str = Field(default="bayesian", description="bayesian, bandit, grid or random")
+    direction: Literal["maximize", "minimize"] | None = None
+    seed: int | None = Field(default=None, ge=0)
+    space: SpaceIn
+    strategy_options: dict[str, Any] = Field(default_factory=dict)
+    measurement: dict[str, float] = Field(
+        default_factory=dict,
+        description="warmup_s, warmup_samples, window_s, min_samples, max_rel_stderr, "
+        "max_age_s, max_extensions",
+    )
+    ranks: int | None = Field(default=None, ge=1, description="Default: ranks seen reporting")
+    slo_s: float | None = Field(default=None, gt=0, description="P99 bound (slo_throughput)")
+    driven_by: Literal["tuner", "agent"] = "tuner"
+    max_trials: int | None = Field(default=None, ge=1)
+    ack_timeout_s: float = Field(default=DEFAULT_ACK_TIMEOUT_S, gt=0)
+    warm_start: bool = Field(
+        default=True, description="Start from earlier studies of jobs with the same signature"
+    )
+
+
+class StudyOut(BaseModel):
+    id: int
+    job_id: int
+    name: str
+    objective: str
+    direction: str
+    strategy: str
+    state: str
+    seed: int | None
+    space: dict[str, Any]
+    options: dict[str, Any]
+    created_at: datetime
+
+    @classmethod
+    def of(cls, study: Study) -> StudyOut:
+        space = {k: v for k, v in study.space.items() if k != SEED_KEY}
+        return cls(
+            id=study.id,
+            job_id=study.job_id,
+            name=study.name,
+            objective=study.objective,
+            direction=study.direction,
+            strategy=study.strategy,
+            state=study.state,
+            seed=study.space.get(SEED_KEY),
+            space=space,
+            options=dict(study.options or {}),
+            created_at=study.created_at,
+        )
+
+
+class TrialOut(BaseModel):
+    number: int
+    state: str
+    params: dict[str, Any] = Field(description="The configuration, with its learning_rate")
+    value: float | None
+    stderr: float | None
+    reason: str
+    desired_version: int | None
+    applied_at: datetime | None
+    extensions: int
+    started_at: datetime
+    completed_at: datetime | None
+    measurements: dict[str, Any]
+
+    @classmethod
+    def of(cls, trial: Trial) -> TrialOut:
+        extra = trial.measurements or {}
+        return cls(
+            number=trial.number,
+            state=trial.state,
+            params=dict(trial.params),
+            value=trial.value,
+            stderr=extra.get("stderr"),
+            reason=str(extra.get("reason") or ""),
+            desired_version=trial.desired_version,
+            applied_at=trial.applied_at,
+            extensions=trial.extensions,
+            started_at=trial.started_at,
+            completed_at=trial.completed_at,
+            measurements=dict(extra.get("data") or {}),
+        )
+
+
+class AskIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    context: dict[str, float] = Field(
+        default_factory=dict, description="Current conditions (load, contention)"
+    )
+
+
+class TellIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    state: Literal["complete", "infeasible", "failed"]
+    value: float | None = Field(default=None, description="Required for complete, else absent")
+    stderr: float | None = Field(default=None, ge=0)
+    reason: str | None = Field(
+        default=None, max_length=1000, description="Required unless complete; 'oom' for OOM"
+    )
+    measurements: dict[str, Any] = Field(default_factory=dict)

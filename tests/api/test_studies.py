@@ -1,0 +1,210 @@
+"""Studies through the API on real SQLite and PostgreSQL: creation and its refusals, reading
+trials and the best config, ask/tell for agents, project scoping."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from tests.api.conftest import Minter, bearer
+from tests.tuner import jobsim
+from tuneloop.runtime import Runtime
+from tuneloop.storage import session_scope
+from tuneloop.storage.models import AuditEntry
+from tuneloop.storage.types import utcnow
+from tuner.loop import reconcile_study
+
+JOBS = "/api/v1/projects/alpha/jobs"
+STUDIES = f"{JOBS}/train/studies"
+SPACE: dict[str, Any] = {
+    "batch_size": [8, 64],
+    "sync_period": [1, 2],
+    "sync_powers_of_two": True,
+    "base_lr": 0.1,
+    "base_batch": 32,
+}
+
+
+@pytest.fixture
+def auth(mint: Minter, client: TestClient, runtime: Runtime) -> dict[str, dict[str, str]]:
+    project_id = mint.project("alpha")
+    mint.project("beta")
+    secrets = {
+        "member": bearer(mint.token("alpha", "member", "alice")),
+        "agent": bearer(mint.token("alpha", "agent", "node-7")),
+        "stranger": bearer(mint.token("beta", "member", "bob")),
+    }
+    for name in ("train", "silent"):
+        created = client.post(JOBS, json={"name": name}, headers=secrets["member"])
+        assert created.status_code == 201
+    now = utcnow()
+    jobsim.write_steps(
+        runtime.engine,
+        project_id,
+        "train",
+        start=now - timedelta(seconds=30),
+        end=now,
+        per_rank=100.0,
+        ranks=4,
+    )
+    return secrets
+
+
+def body(**overrides: Any) -> dict[str, Any]:
+    return {"name": "s", "space": SPACE, "seed": 1, **overrides}
+
+
+def test_create_read_and_list(client: TestClient, auth: dict[str, dict[str, str]]) -> None:
+    member = auth["member"]
+    created = client.post(STUDIES, json=body(max_trials=5), headers=member)
+    assert created.status_code == 201, created.text
+    study = created.json()
+    assert study["objective"] == "goodput", "the default for a training job"
+    assert study["strategy"] == "bayesian"
+    assert study["state"] == "running"
+    assert study["seed"] == 1
+    assert study["options"]["ranks"] == 4, "taken from the ranks reporting step timings"
+    assert study["options"]["max_trials"] == 5
+    assert study["options"]["driven_by"] == "tuner"
+    assert study["space"]["params"][0]["name"] == "batch_size"
+
+    assert client.get(f"{STUDIES}/s", headers=member).json() == study
+    assert client.get(f"{STUDIES}/{study['id']}", headers=auth["agent"]).json() == study
+    assert [s["id"] for s in client.get(STUDIES, headers=member).json()] == [study["id"]]
+    trials = client.get(f"{STUDIES}/s/trials", headers=member).json()
+    assert trials["items"] == [] and trials["next_offset"] is None
+    best = client.get(f"{STUDIES}/s/best", headers=member)
+    assert best.status_code == 404 and "no complete trial" in best.json()["detail"]
+    assert client.get(f"{STUDIES}/nope", headers=member).status_code == 404
+
+    again = client.post(STUDIES, json=body(), headers=member)
+    assert again.status_code == 409 and "already has a study" in again.json()["detail"]
+
+
+def test_the_loop_s_trials_show_through_the_api(
+    client: TestClient, auth: dict[str, dict[str, str]], runtime: Runtime
+) -> None:
+    study = client.post(STUDIES, json=body(), headers=auth["member"]).json()
+    with session_scope(runtime.sessions) as session:
+        reconcile_study(session, study["id"], now=utcnow())
+    [trial] = client.get(f"{STUDIES}/s/trials", headers=auth["agent"]).json()["items"]
+    assert trial["state"] == "running" and trial["desired_version"] == 1
+    assert set(trial["params"]) == {"batch_size", "sync_period", "learning_rate"}
+    config = client.get(f"{JOBS}/train/config", headers=auth["agent"]).json()
+    assert config["desired"]["version"] == 1
+    assert config["desired"]["config"] == trial["params"]
+    assert config["desired"]["source"] == f"tuner:study:{study['id']}"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        ({"space": {**SPACE, "batch_size": [64, 8]}}, "batch_size"),
+        ({"space": {**SPACE, "batch_size": [33, 63]}}, "power of two"),
+        ({"space": {**SPACE, "sync_period": [4, 1]}}, "sync_period"),
+        ({"objective": "speed"}, "unknown objective 'speed'"),
+        ({"strategy": "annealing"}, "unknown strategy 'annealing'"),
+        ({"strategy_options": {"temperature": 1}}, "has no option temperature"),
+        ({"measurement": {"window": 3}}, "unknown measurement option window"),
+        ({"measurement": {"min_samples": 2}}, "min_samples must be >= 4"),
+        ({"space": {**SPACE, "lr_scaling": None}}, "goodput needs base_batch"),
+        ({"objective": "slo_throughput"}, "slo_throughput needs slo_s"),
+    ],
+)
+def test_bad_studies_are_refused_with_the_reason(
+    client: TestClient, auth: dict[str, dict[str, str]], overrides: dict[str, Any], reason: str
+) -> None:
+    if "lr_scaling" in overrides.get("space", {}):
+        overrides = {"space": {k: v for k, v in overrides["space"].items() if k != "base_lr"}}
+        overrides["space"]["lr_scaling"] = None
+        overrides["space"].pop("base_batch")
+    answer = client.post(STUDIES, json=body(**overrides), headers=auth["member"])
+    assert answer.status_code == 422, answer.text
+    assert reason in answer.json()["detail"]
+    assert client.get(STUDIES, headers=auth["member"]).json() == [], "nothing half-created"
+
+
+def test_a_job_without_step_timing_data_is_refused(
+    client: TestClient, auth: dict[str, dict[str, str]]
+) -> None:
+    answer = client.post(f"{JOBS}/silent/studies", json=body(), headers=auth["member"])
+    assert answer.status_code == 422
+    assert "has no step-timing data" in answer.json()["detail"]
+
+
+def test_scoping_and_roles(client: TestClient, auth: dict[str, dict[str, str]]) -> None:
+    assert client.post(STUDIES, json=body(), headers=auth["member"]).status_code == 201
+    refused = client.post(STUDIES, json=body(name="t"), headers=auth["agent"])
+    assert refused.status_code == 403
+    for path in (STUDIES, f"{STUDIES}/s", f"{STUDIES}/s/trials", f"{STUDIES}/s/best"):
+        assert client.get(path, headers=auth["stranger"]).status_code == 404
+        assert client.get(path).status_code == 401
+    stranger_post = client.post(STUDIES, json=body(name="x"), headers=auth["stranger"])
+    assert stranger_post.status_code == 404
+    assert client.post(f"{STUDIES}/s/ask", headers=auth["stranger"]).status_code == 404
+
+
+def test_an_agent_drives_its_own_trials(
+    client: TestClient, auth: dict[str, dict[str, str]], runtime: Runtime
+) -> None:
+    member, agent = auth["member"], auth["agent"]
+    created = client.post(STUDIES, json=body(driven_by="agent", strategy="random"), headers=member)
+    assert created.status_code == 201
+    asked = client.post(f"{STUDIES}/s/ask", json={"context": {"load": 0.5}}, headers=agent)
+    assert asked.status_code == 201, asked.text
+    trial = asked.json()
+    assert trial["number"] == 1 and trial["state"] == "running"
+    assert trial["desired_version"] is None, "the agent applies it itself"
+    assert "learning_rate" in trial["params"]
+
+    tell = f"{STUDIES}/s/trials/1/tell"
+    result = {"state": "complete", "value": 812.0, "stderr": 9.5, "measurements": {"n": 40}}
+    told = client.post(tell, json=result, headers=agent)
+    assert told.status_code == 200, told.text
+    assert told.json()["value"] == 812.0 and told.json()["measurements"] == {"n": 40}
+    assert client.post(tell, json=result, headers=agent).status_code == 200, "idempotent"
+    conflict = client.post(tell, json={**result, "value": 1.0}, headers=agent)
+    assert conflict.status_code == 409
+
+    best = client.get(f"{STUDIES}/s/best", headers=agent).json()
+    assert best["number"] == 1 and best["params"] == trial["params"]
+
+    client.post(f"{STUDIES}/s/ask", headers=agent)
+    oom = client.post(
+        f"{STUDIES}/s/trials/2/tell", json={"state": "infeasible", "reason": "oom"}, headers=agent
+    )
+    assert oom.status_code == 200 and oom.json()["reason"] == "oom"
+    no_reason = client.post(f"{STUDIES}/s/trials/2/tell", json={"state": "failed"}, headers=agent)
+    assert no_reason.status_code == 422 and "needs a reason" in no_reason.json()["detail"]
+    other = {"state": "failed", "reason": "x"}
+    assert client.post(f"{STUDIES}/s/trials/2/tell", json=other, headers=agent).status_code == 409
+    bad_value = client.post(
+        f"{STUDIES}/s/trials/9/tell", json={"state": "failed", "value": 3.0}, headers=agent
+    )
+    assert bad_value.status_code == 422 and "has no value" in bad_value.json()["detail"]
+    unknown = client.post(
+        f"{STUDIES}/s/trials/9/tell", json={"state": "failed", "reason": "x"}, headers=agent
+    )
+    assert unknown.status_code == 404
+
+    with session_scope(runtime.sessions) as session:
+        entries = session.scalars(
+            select(AuditEntry).where(AuditEntry.action.in_(("trial.ask", "trial.tell")))
+        ).all()
+        assert entries and all(e.actor.endswith(":node-7") for e in entries)
+
+
+def test_ask_and_tell_are_for_agent_driven_studies(
+    client: TestClient, auth: dict[str, dict[str, str]]
+) -> None:
+    client.post(STUDIES, json=body(), headers=auth["member"])
+    asked = client.post(f"{STUDIES}/s/ask", headers=auth["agent"])
+    assert asked.status_code == 409 and "driven by the tuner loop" in asked.json()["detail"]
+    told = client.post(
+        f"{STUDIES}/s/trials/1/tell", json={"state": "failed", "reason": "x"}, headers=auth["agent"]
+    )
+    assert told.status_code == 409
