@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -382,3 +383,38 @@ def test_strategy_options_are_stored_and_used(engine: Engine) -> None:
         assert study.options["strategy_options"] == {"n_initial_points": 2}
         strategy = service.study_strategy(study)
         assert getattr(strategy, "n_initial_points") == 2
+
+
+def test_a_pass_that_dies_mid_way_leaves_nothing_and_the_next_one_repeats_nothing(
+    loop: Loop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tuner.loop as loop_module
+
+    real_audit = loop_module._audit
+
+    def crash_after_writing(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("worker killed")  # after ask and the desired config, before commit
+
+    monkeypatch.setattr(loop_module, "_audit", crash_after_writing)
+    with pytest.raises(RuntimeError, match="worker killed"):
+        loop.step(0)
+    assert loop.trials() == []
+    assert jobsim.desired(loop.engine, loop.job_id) == []
+
+    monkeypatch.setattr(loop_module, "_audit", real_audit)
+    assert loop.step(1).action == "asked"
+    assert [t.number for t in loop.trials()] == [1]
+    assert [r.version for r in jobsim.desired(loop.engine, loop.job_id)] == [1]
+
+
+def test_concurrent_passes_start_one_trial(loop: Loop) -> None:
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(loop.step, [0.0, 0.0, 0.0, 0.0]))
+    assert sorted(r.action for r in results) == [
+        "asked",
+        "awaiting_ack",
+        "awaiting_ack",
+        "awaiting_ack",
+    ]
+    assert [t.number for t in loop.trials()] == [1]
+    assert [r.version for r in jobsim.desired(loop.engine, loop.job_id)] == [1]
