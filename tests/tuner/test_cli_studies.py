@@ -1,0 +1,92 @@
+"""``tuneloop study list`` and ``tuneloop study show`` on a real SQLite file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import tuneloop.settings
+from tests.tuner import jobsim
+from tuneloop.cli import _register_commands, app
+from tuneloop.settings import get_settings
+from tuneloop.storage import make_engine, session_factory, session_scope
+from tuneloop.storage.models import metadata
+from tuner import service
+from tuner.space import SearchSpace
+
+
+@pytest.fixture
+def database_file(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    engine = make_engine(url)
+    metadata.create_all(engine)
+    with session_scope(session_factory(engine)) as session:
+        job = jobsim.make_job(session, project="vision", name="resnet")
+        study = service.create_study(
+            session,
+            job,
+            name="batch",
+            objective="throughput",
+            space=SearchSpace.training((8, 64), lr_scaling=None),
+            strategy="grid",
+        )
+        first = service.ask(session, study)
+        service.tell(session, study, first.number, state="complete", value=812.5)
+        second = service.ask(session, study)
+        service.tell(session, study, second.number, state="infeasible", reason="oom")
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def cli(database_file: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRunner]:
+    monkeypatch.setattr(tuneloop.settings, "_current", None)
+    get_settings.cache_clear()
+    _register_commands()
+    yield CliRunner(env={"TUNELOOP_DATABASE_URL": database_file, "TUNELOOP_REDIS_URL": None})
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
+def test_study_list_and_show(cli: CliRunner) -> None:
+    listed = cli.invoke(app, ["study", "list", "--project", "vision"])
+    assert listed.exit_code == 0, listed.output
+    header, row = listed.stdout.strip().splitlines()
+    assert header.split() == [
+        "ID",
+        "PROJECT",
+        "JOB",
+        "NAME",
+        "OBJECTIVE",
+        "STRATEGY",
+        "STATE",
+        "TRIALS",
+        "BEST",
+    ]
+    assert row.split() == [
+        "1",
+        "vision",
+        "resnet",
+        "batch",
+        "throughput",
+        "grid",
+        "running",
+        "2",
+        "812.5",
+    ]
+    assert cli.invoke(app, ["study", "list", "--job", "other"]).stdout.strip().count("\n") == 0
+
+    shown = cli.invoke(app, ["study", "show", "1"])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.strip().splitlines()
+    assert lines[0] == "study 1 'batch': throughput (maximize), grid, running"
+    assert "complete" in lines[2] and "batch_size=8" in lines[2] and "812.5" in lines[2]
+    assert "infeasible" in lines[3] and lines[3].endswith("oom")
+    assert lines[-1] == "best: trial 1, value 812.5: batch_size=8"
+
+    missing = cli.invoke(app, ["study", "show", "99"])
+    assert missing.exit_code == 1
+    assert "study 99 does not exist" in missing.stderr

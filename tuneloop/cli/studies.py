@@ -1,0 +1,94 @@
+"""``tuneloop study list`` and ``tuneloop study show``: tuning studies and their trials, read
+straight from the store (no running API needed)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from sqlalchemy import select
+
+from tuneloop.cli import app
+from tuneloop.cli.common import fail
+from tuneloop.cli.tokens import _session, _table, _when
+from tuneloop.storage.models import Job, Project, Study, Trial
+from tuner import service
+
+study_app = typer.Typer(help="See tuning studies and their trials.", no_args_is_help=True)
+app.add_typer(study_app, name="study")
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+@study_app.command("list")
+def study_list(
+    project: Annotated[str | None, typer.Option(help="Only this project's studies")] = None,
+    job: Annotated[str | None, typer.Option(help="Only this job's studies (by name)")] = None,
+) -> None:
+    """List studies with their state, trial count and best value."""
+    with _session() as session:
+        query = (
+            select(Study, Job, Project)
+            .join(Job, Study.job_id == Job.id)
+            .join(Project, Job.project_id == Project.id)
+            .order_by(Study.id)
+        )
+        if project is not None:
+            query = query.where(Project.name == project)
+        if job is not None:
+            query = query.where(Job.name == job)
+        rows = []
+        for study, owner, proj in session.execute(query).all():
+            trials = service.list_trials(session, study, limit=1_000_000)
+            top = service.best(session, study)
+            rows.append(
+                (
+                    str(study.id),
+                    proj.name,
+                    owner.name,
+                    study.name,
+                    study.objective,
+                    study.strategy,
+                    study.state,
+                    str(len(trials)),
+                    _number(top.value if top is not None else None),
+                )
+            )
+    _table(
+        ("ID", "PROJECT", "JOB", "NAME", "OBJECTIVE", "STRATEGY", "STATE", "TRIALS", "BEST"), rows
+    )
+
+
+@study_app.command("show")
+def study_show(study_id: Annotated[int, typer.Argument(help="Study id (see study list)")]) -> None:
+    """A study's trials (config, state, value, reason) and its best config."""
+    with _session() as session:
+        study = session.get(Study, study_id)
+        if study is None:
+            fail(f"study {study_id} does not exist (see: tuneloop study list)", 1)
+        trials = session.scalars(
+            select(Trial).where(Trial.study_id == study.id).order_by(Trial.number)
+        ).all()
+        top = service.best(session, study)
+        typer.echo(
+            f"study {study.id} {study.name!r}: {study.objective} ({study.direction}), "
+            f"{study.strategy}, {study.state}"
+        )
+        rows = [
+            (
+                str(t.number),
+                t.state,
+                " ".join(f"{k}={v}" for k, v in sorted(t.params.items())),
+                _number(t.value),
+                str(t.desired_version or "-"),
+                _when(t.started_at),
+                str((t.measurements or {}).get("reason") or ""),
+            )
+            for t in trials
+        ]
+        _table(("TRIAL", "STATE", "CONFIG", "VALUE", "VERSION", "STARTED", "REASON"), rows)
+        if top is not None:
+            config = " ".join(f"{k}={v}" for k, v in sorted(top.params.items()))
+            typer.echo(f"best: trial {top.number}, value {_number(top.value)}: {config}")
