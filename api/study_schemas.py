@@ -45,7 +45,7 @@ class StudyCreate(BaseModel):
     seed: int | None = Field(default=None, ge=0)
     space: SpaceIn
     strategy_options: dict[str, Any] = Field(default_factory=dict)
-    measurement: dict[str, float] = Field(
+    measurement: dict[str, int | float] = Field(
         default_factory=dict,
         description="warmup_s, warmup_samples, window_s, min_samples, max_rel_stderr, "
         "max_age_s, max_extensions",

@@ -141,6 +141,19 @@ def test_celery_app_settings() -> None:
     assert beat_schedule([]) == {}
 
 
+def test_celery_app_runs_the_tuning_loop_per_study_on_its_queue() -> None:
+    settings = load_settings(
+        redis_url="redis://127.0.0.1:6379/15", tuner_interval_s=5, task_queue="tl-q"
+    )
+    celery = create_app(settings)
+    assert celery.conf.task_default_queue == "tl-q"
+    assert {"tuneloop.tuner.dispatch", "tuneloop.tuner.step"} <= set(celery.tasks)
+    step = celery.tasks["tuneloop.tuner.step"]
+    assert step.autoretry_for and step.retry_backoff and step.retry_jitter
+    entry = celery.conf.beat_schedule["tuneloop.tuner.dispatch"]
+    assert entry["schedule"] == entry["options"]["expires"] == 5
+
+
 def test_create_app_needs_redis() -> None:
     with pytest.raises(ValueError, match="TUNELOOP_REDIS_URL"):
         create_app(load_settings(redis_url=None))

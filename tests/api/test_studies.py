@@ -60,7 +60,8 @@ def body(**overrides: Any) -> dict[str, Any]:
 
 def test_create_read_and_list(client: TestClient, auth: dict[str, dict[str, str]]) -> None:
     member = auth["member"]
-    created = client.post(STUDIES, json=body(max_trials=5), headers=member)
+    measurement = {"warmup_s": 30, "warmup_samples": 2, "window_s": 60.5, "min_samples": 10}
+    created = client.post(STUDIES, json=body(max_trials=5, measurement=measurement), headers=member)
     assert created.status_code == 201, created.text
     study = created.json()
     assert study["objective"] == "goodput", "the default for a training job"
@@ -70,6 +71,9 @@ def test_create_read_and_list(client: TestClient, auth: dict[str, dict[str, str]
     assert study["options"]["ranks"] == 4, "taken from the ranks reporting step timings"
     assert study["options"]["max_trials"] == 5
     assert study["options"]["driven_by"] == "tuner"
+    stored = study["options"]["measurement"]
+    assert {k: stored[k] for k in measurement} == measurement
+    assert isinstance(stored["warmup_samples"], int) and isinstance(stored["min_samples"], int)
     assert study["space"]["params"][0]["name"] == "batch_size"
 
     assert client.get(f"{STUDIES}/s", headers=member).json() == study
