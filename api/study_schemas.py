@@ -124,6 +124,14 @@ class TrialOut(BaseModel):
         )
 
 
+class StudyUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    state: Literal["running", "stopped"] = Field(
+        description="stopped: no new trials (the running one fails); running: resume"
+    )
+
+
 class AskIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

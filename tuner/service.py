@@ -482,6 +482,37 @@ def tell(
     return trial
 
 
+def set_state(session: Session, study: Study, state: str, *, actor: str = ACTOR) -> bool:
+    """Stop or resume a study; returns whether it changed. Stopping fails its running trials
+    (reason ``study stopped``) so that nothing is left waiting; a complete study stays so."""
+    if state not in ("running", "stopped"):
+        raise StudyError(f"a study can be set running or stopped, not {state!r}")
+    lock_study(session, study)
+    session.refresh(study)
+    if study.state == state:
+        return False
+    if study.state == "complete":
+        raise StudyError(f"study {study.name!r} is complete")
+    if state == "stopped":
+        running = session.scalars(
+            select(Trial.number).where(Trial.study_id == study.id, Trial.state == "running")
+        ).all()
+        for number in running:
+            tell(session, study, number, state="failed", reason="study stopped", actor=actor)
+    job = session.get(Job, study.job_id)
+    record_audit(
+        session,
+        actor=actor,
+        action="study.state",
+        target=f"study:{study.id}",
+        project_id=job.project_id if job is not None else None,
+        details={"study_id": study.id, "from": study.state, "to": state},
+    )
+    study.state = state
+    session.flush()
+    return True
+
+
 def best(session: Session, study: Study) -> Trial | None:
     """The complete trial with the best value for the study's direction (earliest on ties)."""
     query = select(Trial).where(Trial.study_id == study.id, Trial.state == "complete")
@@ -507,6 +538,7 @@ __all__: Sequence[str] = [
     "lock_study",
     "prior_observations",
     "require_step_timing",
+    "set_state",
     "study_options",
     "study_space",
     "study_strategy",

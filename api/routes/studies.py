@@ -16,7 +16,7 @@ from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, PageDep, SessionDep,
 from api.routes.jobs import JobDep
 from api.schemas import Page
 from api.services import studies as study_service
-from api.study_schemas import AskIn, StudyCreate, StudyOut, TellIn, TrialOut
+from api.study_schemas import AskIn, StudyCreate, StudyOut, StudyUpdate, TellIn, TrialOut
 from tuneloop import accounts
 from tuneloop.storage.models import Study
 from tuner import service
@@ -99,6 +99,16 @@ def list_studies(job: JobDep, session: SessionDep, _token: CurrentToken) -> list
 
 @router.get("/{study}", summary="One study")
 def read_study(study: StudyDep) -> StudyOut:
+    return StudyOut.of(study)
+
+
+@router.patch("/{study}", summary="Stop or resume a study")
+def update_study(
+    body: StudyUpdate, study: StudyDep, session: SessionDep, token: CurrentToken
+) -> StudyOut:
+    require(accounts.can_write_desired_config(token), "agent tokens cannot stop or resume studies")
+    with _study_errors():
+        service.set_state(session, study, body.state, actor=accounts.actor_name(token))
     return StudyOut.of(study)
 
 

@@ -212,3 +212,27 @@ def test_ask_and_tell_are_for_agent_driven_studies(
         f"{STUDIES}/s/trials/1/tell", json={"state": "failed", "reason": "x"}, headers=auth["agent"]
     )
     assert told.status_code == 409
+
+
+def test_stop_and_resume(
+    client: TestClient, auth: dict[str, dict[str, str]], runtime: Runtime
+) -> None:
+    study = client.post(STUDIES, json=body(), headers=auth["member"]).json()
+    with session_scope(runtime.sessions) as session:
+        reconcile_study(session, study["id"], now=utcnow())
+    assert (
+        client.patch(f"{STUDIES}/s", json={"state": "stopped"}, headers=auth["agent"]).status_code
+        == 403
+    )
+    stopped = client.patch(f"{STUDIES}/s", json={"state": "stopped"}, headers=auth["member"])
+    assert stopped.status_code == 200 and stopped.json()["state"] == "stopped"
+    [trial] = client.get(f"{STUDIES}/s/trials", headers=auth["member"]).json()["items"]
+    assert (trial["state"], trial["reason"]) == ("failed", "study stopped")
+    with session_scope(runtime.sessions) as session:
+        assert reconcile_study(session, study["id"], now=utcnow()).detail == "study is stopped"
+    resumed = client.patch(f"{STUDIES}/s", json={"state": "running"}, headers=auth["member"])
+    assert resumed.json()["state"] == "running"
+    with session_scope(runtime.sessions) as session:
+        assert reconcile_study(session, study["id"], now=utcnow()).trial == 2
+    bad = client.patch(f"{STUDIES}/s", json={"state": "complete"}, headers=auth["member"])
+    assert bad.status_code == 422
