@@ -1,27 +1,23 @@
 """The tuning loop's tasks: thin entry points that take ids and re-read the store.
 
-``tuneloop.tuner.dispatch`` (periodic, every ``TUNELOOP_TUNER_INTERVAL_S``) lists the running
-studies and runs ``tuneloop.tuner.step`` for each: on Celery as one task per study (so studies
-move in parallel and a failing one retries alone), in-process one after another. A step is one
-:func:`tuner.loop.reconcile_study` pass in its own transaction, serialised per study by a row
-lock, so a late, repeated or concurrent step is harmless.
+Registered in ``tuneloop/taskqueue/registry.py``: ``tuneloop.tuner.dispatch`` (periodic, every
+``TUNELOOP_TUNER_INTERVAL_S``) lists the running studies and runs ``tuneloop.tuner.step`` for
+each: on Celery as one task per study (so studies move in parallel and a failing one retries
+alone), in-process one after another. A step is one :func:`tuner.loop.reconcile_study` pass in
+its own transaction, serialised per study by a row lock, so a late, repeated or concurrent step
+is harmless.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Final
 
 from tuneloop.storage import session_scope
 from tuneloop.storage.types import utcnow
 from tuneloop.taskqueue.maintenance import task_runtime
-from tuneloop.taskqueue.registry import FanOut
 from tuner.loop import StepResult, reconcile_study, running_study_ids
 
 log = logging.getLogger(__name__)
-
-DISPATCH: Final = "tuneloop.tuner.dispatch"
-STEP: Final = "tuneloop.tuner.step"
 
 
 def study_ids() -> list[int]:
@@ -37,8 +33,3 @@ def step_study(study_id: int) -> None:
         result: StepResult = reconcile_study(session, int(study_id), now=utcnow())
     if result.action != "skip":
         log.info("study %s: %s %s %s", study_id, result.action, result.trial or "", result.detail)
-
-
-FAN_OUT: Final = FanOut(STEP, study_ids, step_study)
-"""The per-study work of :data:`DISPATCH` (one object, so registries built twice compare
-equal)."""

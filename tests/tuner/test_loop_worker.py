@@ -25,7 +25,8 @@ from tuneloop.storage import make_engine, migrate, session_factory, session_scop
 from tuneloop.storage.models import AuditEntry, Study, Trial
 from tuneloop.storage.types import utcnow
 from tuneloop.taskqueue import maintenance, periodic_tasks
-from tuner import service, tasks
+from tuneloop.taskqueue.registry import TUNER_DISPATCH
+from tuner import service
 from tuner.measurement import MeasurementPolicy
 from tuner.space import SearchSpace
 from tuner.study_options import StudyOptions
@@ -194,7 +195,7 @@ def test_the_embedded_default_runs_the_loop_in_process(_in_process_settings: str
     migrate.upgrade(url)
     engine = make_engine(url)
     study_id, job_id, project_id = create_study(engine)
-    [dispatch] = [t for t in periodic_tasks(load_settings()) if t.name == tasks.DISPATCH]
+    [dispatch] = [t for t in periodic_tasks(load_settings()) if t.name == TUNER_DISPATCH]
 
     dispatch.func()
     assert [t.desired_version for t in trial_rows(engine, study_id)] == [1]

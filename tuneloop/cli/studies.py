@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from tuneloop.cli import app
 from tuneloop.cli.common import fail
@@ -41,7 +41,9 @@ def study_list(
             query = query.where(Job.name == job)
         rows = []
         for study, owner, proj in session.execute(query).all():
-            trials = service.list_trials(session, study, limit=1_000_000)
+            trials = session.scalar(
+                select(func.count()).select_from(Trial).where(Trial.study_id == study.id)
+            )
             top = service.best(session, study)
             rows.append(
                 (
@@ -52,7 +54,7 @@ def study_list(
                     study.objective,
                     study.strategy,
                     study.state,
-                    str(len(trials)),
+                    str(trials or 0),
                     _number(top.value if top is not None else None),
                 )
             )

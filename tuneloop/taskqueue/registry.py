@@ -52,17 +52,32 @@ class PeriodicTask:
         return cls(name, fan_out.run_inline, interval_s, fan_out)
 
 
-def periodic_tasks(settings: Settings) -> tuple[PeriodicTask, ...]:
-    # Imported here: the tuner's tasks import this package's maintenance module.
-    from tuner import tasks as tuner_tasks
+TUNER_DISPATCH = "tuneloop.tuner.dispatch"
+TUNER_STEP = "tuneloop.tuner.step"
 
+
+def _running_studies() -> Sequence[int]:
+    # Imported on first use, not at registration: the tuner (scikit-optimize, scikit-learn)
+    # would add about a second to the start-up of every process, the API's included.
+    from tuner.tasks import study_ids
+
+    return study_ids()
+
+
+def _step_study(study_id: int) -> None:
+    from tuner.tasks import step_study
+
+    step_study(study_id)
+
+
+TUNER_FAN_OUT = FanOut(TUNER_STEP, _running_studies, _step_study)
+"""One pass of the tuning loop per running study (``tuner/tasks.py``)."""
+
+
+def periodic_tasks(settings: Settings) -> tuple[PeriodicTask, ...]:
     every = settings.maintenance_interval_s
     return (
         PeriodicTask("tuneloop.maintenance.rollups", maintenance.run_rollups, every),
         PeriodicTask("tuneloop.maintenance.retention", maintenance.run_retention, every),
-        PeriodicTask.fanning_out(
-            tuner_tasks.DISPATCH,
-            tuner_tasks.FAN_OUT,
-            settings.tuner_interval_s,
-        ),
+        PeriodicTask.fanning_out(TUNER_DISPATCH, TUNER_FAN_OUT, settings.tuner_interval_s),
     )
