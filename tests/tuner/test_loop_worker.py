@@ -1,6 +1,6 @@
 """The tuning loop on real processes: `tuneloop beat` and `tuneloop worker` on the local Redis
-and PostgreSQL, a worker SIGKILLed in the middle of a trial and a new one resuming the study;
-and the same loop in-process, without Redis."""
+and PostgreSQL, workers SIGKILLed inside a pass and in the middle of a trial, and a new one
+resuming the study; and the same loop in-process, without Redis."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, select, text
 
 from tests.conftest import reset_postgres
 from tests.tuner import jobsim
 from tuneloop.settings import configure, load_settings
 from tuneloop.storage import make_engine, migrate, session_factory, session_scope
-from tuneloop.storage.models import AuditEntry, Study, Trial
+from tuneloop.storage.models import AuditEntry, Job, Study, Trial
 from tuneloop.storage.types import utcnow
 from tuneloop.taskqueue import maintenance, periodic_tasks
 from tuneloop.taskqueue.registry import TUNER_DISPATCH
@@ -80,6 +80,17 @@ def audit_counts(engine: Engine) -> dict[str, int]:
         return {action: int(count) for action, count in rows}
 
 
+def waiting_on_a_lock(engine: Engine) -> bool:
+    with engine.connect() as connection:
+        waiting = connection.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        ).scalar_one()
+    return bool(waiting)
+
+
 def run_trial_on_the_job_side(engine: Engine, job_id: int, project_id: int, version: int) -> None:
     """The agent applied ``version`` 20 s ago and has reported steps since."""
     now = utcnow()
@@ -111,7 +122,7 @@ def process(args: list[str], env: dict[str, str], log: Path) -> Iterator[subproc
 
 @pytest.mark.redis
 @pytest.mark.postgres
-def test_a_worker_killed_mid_trial_and_a_new_one_resumes(
+def test_workers_killed_mid_pass_and_mid_trial_and_a_new_one_resumes(
     postgres_server_url: str, redis_url: str, tmp_path: Path
 ) -> None:
     reset_postgres(postgres_server_url)
@@ -137,9 +148,21 @@ def test_a_worker_killed_mid_trial_and_a_new_one_resumes(
         return len(rows) >= number and rows[number - 1].desired_version == number
 
     with process(["beat"], env, tmp_path / "beat.log"):
+        # 1. Killed inside a pass: the job row is held, so the worker's first pass stops
+        # between storing trial 1 and writing its desired config, uncommitted.
+        with engine.connect() as holder, holder.begin():
+            holder.execute(select(Job.id).where(Job.id == job_id).with_for_update())
+            with process(worker_args, env, tmp_path / "worker0.log") as doomed:
+                wait_for(lambda: waiting_on_a_lock(engine), 60, "a pass to block mid-way")
+                doomed.send_signal(signal.SIGKILL)
+                doomed.wait(10)
+        wait_for(lambda: not waiting_on_a_lock(engine), 30, "the dead pass to roll back")
+        assert trial_rows(engine, study_id) == [] and jobsim.desired(engine, job_id) == []
+
+        # 2. Killed in the middle of a trial: proposed and written, not yet measured.
         with process(worker_args, env, tmp_path / "worker1.log") as first:
-            wait_for(lambda: running_trial(1), 60, "the first worker to start trial 1")
-            first.send_signal(signal.SIGKILL)  # mid-trial: proposed, applied, not measured
+            wait_for(lambda: running_trial(1), 60, "the next worker to start trial 1")
+            first.send_signal(signal.SIGKILL)
             first.wait(10)
         assert [t.state for t in trial_rows(engine, study_id)] == ["running"]
 
@@ -148,6 +171,7 @@ def test_a_worker_killed_mid_trial_and_a_new_one_resumes(
         time.sleep(1.0)  # beat keeps enqueueing; the ticks that expire meanwhile are dropped
         assert [t.state for t in trial_rows(engine, study_id)] == ["running"]
 
+        # 3. A new worker measures trial 1, runs trial 2 and completes the study.
         with process(worker_args, env, tmp_path / "worker2.log"):
             wait_for(lambda: running_trial(2), 60, "the second worker to measure 1, start 2")
             run_trial_on_the_job_side(engine, job_id, project_id, 2)
