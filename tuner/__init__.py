@@ -8,8 +8,9 @@
 - ``strategies``: Bayesian optimization, an adaptive bandit, random and grid search behind one
   stateless ``ask(history)`` interface.
 
-Persistence (``Study``/``Trial`` rows) and scheduling live elsewhere and call into this package.
-See docs/tuner.md.
+The I/O side is in modules this package does not import: ``service`` (studies and trials in
+the store), ``readings`` (measurements from the time-series store), ``loop`` (one reconcile
+pass of the tuning loop) and ``tasks`` (its periodic task). See docs/tuner.md.
 """
 
 from tuner.measurement import (
