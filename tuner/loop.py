@@ -12,7 +12,7 @@ one repeats nothing and loses nothing:
 3. waiting for the job to acknowledge the version (an observed config whose
    ``desired_version`` is at least the trial's); after ``ack_timeout_s`` the trial ``failed``;
    a newer desired version written by someone else also fails it (its measurement would be of
-   another config);
+   another config); after a timeout no trial starts until the job reports again;
 4. acknowledged: the window starts at the acknowledgement; once warm-up and window are over
    the trial's step-timing samples are judged (``judge_window``): ``extend`` lengthens the
    window, ``fail`` fails the trial with its reason, ``accept`` scores the objective; an input
@@ -57,6 +57,8 @@ ACTOR: Final = "tuner"
 INACTIVE_JOB_STATUSES: Final = ("paused", "succeeded", "failed", "cancelled")
 """No new trial starts while the job is in one of these."""
 P99: Final = 0.99
+ACK_TIMEOUT_KEY: Final = "ack_timeout"
+"""Marks, in a failed trial's measurements, that the job never acknowledged it."""
 
 Action = Literal[
     "skip", "asked", "awaiting_ack", "applied", "waiting", "extended", "told", "completed"
@@ -115,6 +117,8 @@ def _start_trial(session: Session, study: Study, job: Job, options: StudyOptions
             return _complete(session, study, job, f"{options.max_trials} trials done")
     if job.status in INACTIVE_JOB_STATUSES:
         return StepResult("skip", detail=f"job is {job.status}")
+    if _unresponsive(session, study, job):
+        return StepResult("skip", detail="the job has not reported since its last trial timed out")
     try:
         trial = service.ask(session, study, actor=ACTOR)
     except SpaceExhausted as exc:
@@ -131,6 +135,21 @@ def _start_trial(session: Session, study: Study, job: Job, options: StudyOptions
     )
     session.flush()
     return StepResult("asked", trial.number, f"desired version {row.version}")
+
+
+def _unresponsive(session: Session, study: Study, job: Job) -> bool:
+    """The last trial was never acknowledged and the job has reported nothing since: another
+    trial would only time out too, and each one burns a configuration (failed trials are not
+    proposed again)."""
+    last = session.scalars(
+        select(Trial).where(Trial.study_id == study.id).order_by(Trial.number.desc()).limit(1)
+    ).first()
+    if last is None or not (last.measurements or {}).get("data", {}).get(ACK_TIMEOUT_KEY):
+        return False
+    observed = latest_config(session, job, "observed")
+    return observed is None or (
+        last.completed_at is not None and observed.created_at <= last.completed_at
+    )
 
 
 def _write_desired(session: Session, study: Study, job: Job, params: dict[str, Any]) -> Any:
@@ -234,7 +253,11 @@ def _advance_trial(
                         f"the job did not acknowledge desired version {version} within "
                         f"{options.ack_timeout_s:g} s"
                     ),
-                    measurements={"desired_version": version, "waited_s": waited},
+                    measurements={
+                        "desired_version": version,
+                        "waited_s": waited,
+                        ACK_TIMEOUT_KEY: True,
+                    },
                 )
             return StepResult("awaiting_ack", trial.number, f"desired version {version}")
         trial.applied_at = ack.created_at

@@ -233,6 +233,11 @@ def test_an_unacknowledged_trial_times_out(engine: Engine) -> None:
     late = (utcnow() + timedelta(seconds=61) - loop.t0).total_seconds()
     told = loop.step(late)
     assert told.detail.startswith("failed: the job did not acknowledge desired version 1")
+    # No new trial (it would time out too) until the job shows signs of life.
+    assert loop.step(late + 1).detail == "the job has not reported since its last trial timed out"
+    assert loop.trials()[-1].number == 1
+    jobsim.report(loop.engine, loop.job_id, 0, at=utcnow() + timedelta(seconds=5))
+    assert loop.step(late + 2).action == "asked"
 
 
 def test_a_desired_config_written_by_someone_else_supersedes_the_trial(loop: Loop) -> None:
