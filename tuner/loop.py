@@ -12,7 +12,8 @@ one repeats nothing and loses nothing:
 3. waiting for the job to acknowledge the version (an observed config whose
    ``desired_version`` is at least the trial's); after ``ack_timeout_s`` the trial ``failed``;
    a newer desired version written by someone else also fails it (its measurement would be of
-   another config); after a timeout no trial starts until the job reports again;
+   another config) and stops the study until someone resumes it; after a timeout no trial
+   starts until the job reports again;
 4. acknowledged: the window starts at the acknowledgement; once warm-up and window are over
    the trial's step-timing samples are judged (``judge_window``): ``extend`` lengthens the
    window, ``fail`` fails the trial with its reason, ``accept`` scores the objective; an input
@@ -230,14 +231,19 @@ def _advance_trial(
 
     desired = latest_config(session, job, "desired")
     if desired is not None and desired.version > version:
-        return _tell(
+        # Someone else (a person, a rollback) set the config: the trial's measurement would be
+        # of another config, and the next proposal would overwrite theirs. Stop until resumed.
+        reason = f"superseded by desired version {desired.version} ({desired.source})"
+        result = _tell(
             session,
             study,
             trial,
             state="failed",
-            reason=f"superseded by desired version {desired.version} ({desired.source})",
+            reason=reason,
             measurements={"desired_version": version, "superseded_by": desired.version},
         )
+        service.set_state(session, study, "stopped", actor=ACTOR, reason=reason)
+        return result
 
     if trial.applied_at is None:
         ack = first_acknowledgement(session, job, version)

@@ -482,7 +482,9 @@ def tell(
     return trial
 
 
-def set_state(session: Session, study: Study, state: str, *, actor: str = ACTOR) -> bool:
+def set_state(
+    session: Session, study: Study, state: str, *, actor: str = ACTOR, reason: str = ""
+) -> bool:
     """Stop or resume a study; returns whether it changed. Stopping fails its running trials
     (reason ``study stopped``) so that nothing is left waiting; a complete study stays so."""
     if state not in ("running", "stopped"):
@@ -506,7 +508,7 @@ def set_state(session: Session, study: Study, state: str, *, actor: str = ACTOR)
         action="study.state",
         target=f"study:{study.id}",
         project_id=job.project_id if job is not None else None,
-        details={"study_id": study.id, "from": study.state, "to": state},
+        details={"study_id": study.id, "from": study.state, "to": state, "reason": reason},
     )
     study.state = state
     session.flush()

@@ -250,6 +250,10 @@ def test_a_desired_config_written_by_someone_else_supersedes_the_trial(loop: Loo
         append_config(session, job, "desired", {"batch_size": 8}, source="api")
     told = loop.step(1)
     assert told.detail == "failed: superseded by desired version 2 (api)"
+    assert loop.step(2) == StepResult("skip", detail="study is stopped"), "theirs stays"
+    assert [r.version for r in jobsim.desired(loop.engine, loop.job_id)] == [1, 2]
+    stopped = [e for e in loop.audit() if e.action == "study.state"]
+    assert stopped[0].details["reason"] == "superseded by desired version 2 (api)"
 
 
 def test_max_trials_completes_the_study_with_the_best_config(engine: Engine) -> None:
