@@ -44,7 +44,7 @@ from tuneloop.job_configs import (
     first_acknowledgement,
     latest_config,
 )
-from tuneloop.storage.models import Job, Study, Trial
+from tuneloop.storage.models import Job, JobConfig, Study, Trial
 from tuner import readings, service
 from tuner.measurement import TrialVerdict, WindowStats, judge_window
 from tuner.objectives import Evaluation, get_objective
@@ -153,7 +153,7 @@ def _unresponsive(session: Session, study: Study, job: Job) -> bool:
     )
 
 
-def _write_desired(session: Session, study: Study, job: Job, params: dict[str, Any]) -> Any:
+def _write_desired(session: Session, study: Study, job: Job, params: dict[str, Any]) -> JobConfig:
     # The tuned keys replace theirs; whatever else the job's desired config holds stays.
     previous = latest_config(session, job, "desired")
     config = {**(previous.config if previous is not None else {}), **params}
