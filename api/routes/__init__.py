@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.routes import health, jobs, metrics, otlp, projects, series, tokens
+from api.routes import alerts, health, jobs, metrics, otlp, projects, series, tokens
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -18,4 +18,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     jobs.router,
     series.router,
     otlp.router,
+    alerts.router,
 )
