@@ -20,7 +20,7 @@ severity. Four kinds:
     with ``threshold`` (``> 1.2`` is "20% worse than its baseline").
 
 With ``by``, per-series values are combined per group (``combine``: ``max`` by default,
-``sum`` for ``rate``) and the alert carries only the ``by`` labels.
+``sum`` for ``rate``, ``avg`` for ``regression``) and the alert carries only the ``by`` labels.
 """
 
 from __future__ import annotations
@@ -242,7 +242,9 @@ class RuleDefinition(BaseModel):
     def combine(self) -> Combine:
         if self.query.combine is not None:
             return self.query.combine
-        return "sum" if self.kind is RuleKind.RATE else "max"
+        if self.kind is RuleKind.RATE:
+            return "sum"
+        return "avg" if self.kind is RuleKind.REGRESSION else "max"
 
 
 def from_stored(
