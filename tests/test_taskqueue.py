@@ -100,11 +100,15 @@ def test_runner_uses_the_one_registry() -> None:
     settings = load_settings(maintenance_interval_s=7)
     runner = InProcessRunner.for_settings(settings)
     assert runner.tasks == periodic_tasks(settings)
-    assert {task.name for task in runner.tasks} == {
+    maintenance_tasks = [task for task in runner.tasks if ".maintenance." in task.name]
+    assert {task.name for task in maintenance_tasks} == {
         "tuneloop.maintenance.rollups",
         "tuneloop.maintenance.retention",
     }
-    assert all(task.interval_s == 7 for task in runner.tasks)
+    assert all(task.interval_s == 7 for task in maintenance_tasks)
+    assert {"tuneloop.alerts.evaluate", "tuneloop.alerts.notify"} <= {
+        task.name for task in runner.tasks
+    }
 
 
 def test_a_periodic_task_needs_a_positive_interval() -> None:
@@ -124,7 +128,8 @@ def test_beat_schedule_entries_all_expire() -> None:
     for name, entry in schedule.items():
         assert entry["task"] == name
         assert name in celery.tasks
-        assert 0 < entry["options"]["expires"] <= entry["schedule"] == 30
+        every = 30 if ".maintenance." in name else entry["schedule"]
+        assert 0 < entry["options"]["expires"] <= entry["schedule"] == every
 
 
 def test_celery_app_settings() -> None:

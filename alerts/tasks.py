@@ -1,0 +1,60 @@
+"""The periodic tasks of alerting: evaluation and notification retries.
+
+Both take no arguments and re-read the store, as every periodic task does. One
+:class:`Evaluator` and one :class:`Dispatcher` per process, built from the task runtime; after
+an evaluation that queued notifications the dispatcher starts sending at once, so a new alert
+does not wait for the next notification tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from alerts.dispatch import Dispatcher
+from alerts.evaluator import Evaluator
+from tuneloop.runtime import Runtime
+from tuneloop.taskqueue.maintenance import task_runtime
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_built: tuple[Runtime, Evaluator, Dispatcher] | None = None
+
+
+def components() -> tuple[Evaluator, Dispatcher]:
+    """This process's evaluator and dispatcher, rebuilt when the task runtime changes."""
+    global _built
+    runtime = task_runtime()
+    with _lock:
+        if _built is None or _built[0] is not runtime:
+            if _built is not None:
+                _built[2].close()
+            url = runtime.settings.alerts_external_url or (
+                f"http://{runtime.settings.host}:{runtime.settings.port}"
+            )
+            dispatcher = Dispatcher(runtime.sessions, external_url=url)
+            evaluator = Evaluator(runtime.engine, runtime.sessions, on_queued=dispatcher.dispatch)
+            _built = (runtime, evaluator, dispatcher)
+        return _built[1], _built[2]
+
+
+def close_components() -> None:
+    global _built
+    with _lock:
+        if _built is not None:
+            _built[2].close()
+        _built = None
+
+
+def run_evaluation() -> None:
+    evaluator, _ = components()
+    result = evaluator.evaluate()
+    if result.failed_rules:
+        log.warning("alert rules that failed this pass: %s", ", ".join(result.failed_rules))
+    log.debug("alert evaluation: %s", result)
+
+
+def run_notifications() -> None:
+    _, dispatcher = components()
+    dispatcher.dispatch()
