@@ -4,8 +4,12 @@ stays inside its project."""
 from __future__ import annotations
 
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from tests.api.conftest import Minter, bearer
+from tuneloop.runtime import Runtime
+from tuneloop.storage import session_scope
+from tuneloop.storage.models import AlertReceiver
 
 BASE = "/api/v1/projects/alpha/alerts"
 HOT = {
@@ -153,3 +157,38 @@ def test_silences_receivers_and_inhibitions(client: TestClient, mint: Minter) ->
     )
     assert inhibition.status_code == 201
     assert client.get(f"{BASE}/inhibitions", headers=member).json()[0]["equal"] == ["hostname"]
+
+
+def test_a_failing_receiver_shows_on_healthz_and_metrics(
+    client: TestClient, mint: Minter, runtime: Runtime
+) -> None:
+    mint.project("alpha")
+    member = bearer(mint.token("alpha", "member", "alice"))
+    for name in ("ok-hook", "bad-hook"):
+        created = client.post(
+            f"{BASE}/receivers",
+            json={"name": name, "kind": "webhook", "config": {"url": "http://127.0.0.1:9/"}},
+            headers=member,
+        )
+        assert created.status_code == 201
+    assert client.get("/healthz").json()["status"] == "ok"
+    with session_scope(runtime.sessions) as session:
+        row = session.scalars(select(AlertReceiver).where(AlertReceiver.name == "bad-hook")).one()
+        row.consecutive_failures, row.last_error = 3, "HTTP 503: busy"
+
+    health = client.get("/healthz")
+    assert health.status_code == 200
+    body = health.json()
+    assert body["status"] == "degraded"
+    assert body["notifiers"]["alpha/bad-hook"]["ok"] is False
+    assert body["notifiers"]["alpha/bad-hook"]["last_error"] == "HTTP 503: busy"
+    assert body["notifiers"]["alpha/ok-hook"]["ok"] is True
+    metrics = client.get("/metrics").text
+    assert (
+        'tuneloop_alert_receiver_up{kind="webhook",project="alpha",receiver="bad-hook"} 0.0'
+        in metrics
+    )
+    assert (
+        'tuneloop_alert_receiver_consecutive_failures{kind="webhook",project="alpha",'
+        'receiver="bad-hook"} 3.0' in metrics
+    )
