@@ -2,7 +2,7 @@
 
 Every DCGM field of dcgm-exporter's counter list (also the ones it leaves commented out, which a
 user's own list may enable), the host source's node-exporter counters, and the step timings the
-OTLP receiver stores. Anything else is known once the project has a series of that name.
+OTLP receiver stores, and the request-duration histogram of inference servers. Anything else is known once the project has a series of that name.
 """
 
 from __future__ import annotations
@@ -57,8 +57,17 @@ _STEP_TIMING: Mapping[str, SeriesKind] = {
 }
 
 
+# Histograms inference servers export over OTLP (semantic conventions), stored as classic
+# ``_bucket`` counters.
+_INFERENCE: Mapping[str, SeriesKind] = {
+    "http_server_request_duration_seconds_bucket": SeriesKind.COUNTER,
+    "http_server_request_duration_seconds_count": SeriesKind.COUNTER,
+    "http_server_request_duration_seconds_sum": SeriesKind.COUNTER,
+}
+
+
 @cache
 def known_metrics() -> Mapping[str, SeriesKind]:
     text = resources.files(_COUNTERS_PACKAGE).joinpath(_COUNTERS_RESOURCE).read_text()
     dcgm = {name: SeriesKind(kind) for name, kind in _CSV_ROW.findall(text)}
-    return {**dcgm, **_EXTRA_DCGM, **_HOST, **_STEP_TIMING}
+    return {**dcgm, **_EXTRA_DCGM, **_HOST, **_STEP_TIMING, **_INFERENCE}
