@@ -1,8 +1,9 @@
 """Metrics tuneloop's collectors write, so a rule may name one before its first sample arrives.
 
 Every DCGM field of dcgm-exporter's counter list (also the ones it leaves commented out, which a
-user's own list may enable), the host source's node-exporter counters, and the step timings the
-OTLP receiver stores, and the request-duration histogram of inference servers. Anything else is known once the project has a series of that name.
+user's own list may enable), the host source's node-exporter counters, the step timings the
+OTLP receiver stores, and the request-duration histogram of inference servers. Anything else is
+known once the project has a series of that name.
 """
 
 from __future__ import annotations
