@@ -10,15 +10,27 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from email import message_from_bytes
 from email.message import Message
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
 
+from alerts import store
 from alerts.dispatch import Dispatcher
+from alerts.rules import parse_rule
+from alerts.tasks import close_components, run_evaluation, run_notifications
 from tests.alerts.conftest import Alerting, at
 from tests.alerts.receivers import Receiver, Reply, serve
 from tests.helpers import free_port
+from tuneloop import accounts
+from tuneloop.settings import Settings, configure, load_settings
+from tuneloop.storage import make_engine, session_scope
+from tuneloop.storage.models import metadata
+from tuneloop.storage.timeseries.types import SeriesBatch
+from tuneloop.storage.timeseries.writer import SampleWriter
+from tuneloop.storage.types import utcnow
+from tuneloop.taskqueue.maintenance import close_task_runtime, task_runtime
 
 TEMP = "DCGM_FI_DEV_GPU_TEMP"
 RFC3339_Z = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
@@ -265,3 +277,53 @@ def test_5xx_is_retried_with_backoff_and_a_slow_receiver_blocks_no_one(
         assert alerting.receiver_row("broken").last_error == "HTTP 503: busy"
         assert alerting.receiver_row("slow").consecutive_failures == 0
         dispatcher.close()
+
+
+def test_a_dispatcher_that_dies_mid_send_is_replaced_without_losing_it(
+    alerting: Alerting, receiver: Receiver
+) -> None:
+    alerting.rule(**HOT)
+    alerting.receiver("hook", receiver.url)
+    alerting.write(TEMP, {"gpu": "0", "hostname": "n1"}, [(0, 95.0)])
+    alerting.evaluate(0)
+    clock = Clock()
+    dead = Dispatcher(alerting.sessions, clock=clock)
+    assert len(dead._claim(8)) == 1  # claimed; the process dies before it sends
+    dead.close()
+    fresh = Dispatcher(alerting.sessions, clock=clock)
+    assert fresh.dispatch() == 0, "still leased to the dead sender"
+    clock.now += timedelta(seconds=4 * 10 + 30 + 1)  # the lease: 4 timeouts and a margin
+    assert fresh.dispatch() == 1
+    assert fresh.drain()
+    assert len(receiver.wait_for(1)) == 1
+    assert fresh.dispatch() == 0
+    assert alerting.outcomes() == [("hook", "firing", "sent", 1)]
+    fresh.close()
+
+
+def test_the_periodic_tasks_evaluate_and_send_at_once(tmp_path: Path, receiver: Receiver) -> None:
+    url = f"sqlite:///{tmp_path / 'tasks.db'}"
+    configure(Settings(database_url=url, redis_url=None))
+    try:
+        engine = make_engine(url)
+        metadata.create_all(engine)
+        engine.dispose()
+        runtime = task_runtime()
+        with session_scope(runtime.sessions) as session:
+            project = accounts.create_project(session, "alpha")
+            store.create_rule(session, project, parse_rule({**HOT, "name": "GpuHotNow"}))
+            store.create_receiver(
+                session, project, name="hook", kind="webhook", config={"url": receiver.url}
+            )
+            project_id = project.id
+        batch = SeriesBatch(TEMP, {"gpu": "0", "hostname": "n1"}, [utcnow()], [97.0])
+        SampleWriter(runtime.engine).write(project_id, [batch])
+        run_evaluation()  # queues, then starts sending without waiting for run_notifications
+        (received,) = receiver.wait_for(1)
+        assert received.body["alerts"][0]["labels"]["alertname"] == "GpuHotNow"
+        run_notifications()
+        assert len(receiver.received) == 1
+    finally:
+        close_components()
+        close_task_runtime()
+        configure(load_settings())
