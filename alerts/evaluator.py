@@ -24,7 +24,6 @@ from alerts.conditions import Active, active_alerts
 from alerts.muting import Inhibition, Silence, matcher, mute_reason
 from alerts.query import evaluate_samples
 from alerts.routing import Route, group_key, routes_for
-from alerts.rules import RuleDefinition
 from alerts.state import AlertState, Event, State, advance, event_due
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import (
@@ -62,10 +61,17 @@ class Evaluator:
         *,
         clock: Callable[[], datetime] = utcnow,
         on_queued: Callable[[], object] | None = None,
+        for_slack: timedelta = timedelta(0),
     ) -> None:
         self.engine = engine
         self.sessions = sessions
         self.clock = clock
+        self.for_slack = for_slack
+        """How much earlier than ``for`` an alert may fire. Passes run on a timer, so the pass
+        that first saw a condition and the one ``for`` later are a few ms more or less than
+        ``for`` apart; half an interval of slack makes the alert fire at the pass nearest to
+        ``for`` rather than, on a late timer, one whole interval after it (Prometheus avoids
+        the same problem by stamping each pass with its scheduled time)."""
         self.on_queued = on_queued
         """Called after a commit that queued notifications (the dispatcher's kick)."""
 
@@ -104,7 +110,9 @@ class Evaluator:
                     log.warning("alert rule %s failed: %s", row.name, exc)
                     result.failed_rules.append(row.name)
                     continue
-                _advance_rule(session, row, rule, active_alerts(rule, samples), instances, now)
+                hold_for = max(timedelta(0), timedelta(seconds=rule.for_s) - self.for_slack)
+                alerts = active_alerts(rule, samples)
+                _advance_rule(session, row, alerts, instances, now, hold_for)
             result.queued += _notify(session, project_id, now)
 
 
@@ -140,13 +148,12 @@ def _state_of(row: AlertInstance) -> AlertState:
 def _advance_rule(
     session: Session,
     row: AlertRule,
-    rule: RuleDefinition,
     active: Sequence[Active],
     instances: dict[int, dict[str, AlertInstance]],
     now: datetime,
+    hold_for: timedelta,
 ) -> None:
     known = instances[row.id]
-    hold_for = timedelta(seconds=rule.for_s)
     holding = {alert.fingerprint: alert for alert in active}
     for fingerprint in set(known) | set(holding):
         alert = holding.get(fingerprint)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from datetime import timedelta
 
 from alerts.dispatch import Dispatcher
 from alerts.evaluator import Evaluator
@@ -34,7 +35,10 @@ def components() -> tuple[Evaluator, Dispatcher]:
                 f"http://{runtime.settings.host}:{runtime.settings.port}"
             )
             dispatcher = Dispatcher(runtime.sessions, external_url=url)
-            evaluator = Evaluator(runtime.engine, runtime.sessions, on_queued=dispatcher.dispatch)
+            slack = timedelta(seconds=runtime.settings.alerts_eval_interval_s / 2)
+            evaluator = Evaluator(
+                runtime.engine, runtime.sessions, on_queued=dispatcher.dispatch, for_slack=slack
+            )
             _built = (runtime, evaluator, dispatcher)
         return _built[1], _built[2]
 
