@@ -270,3 +270,23 @@ def alert_snapshot(row: AlertInstance, event: Event) -> dict[str, Any]:
         "value": row.value,
         "status": event.value,
     }
+
+
+def prune_history(sessions: sessionmaker[Session], now: datetime, keep: timedelta) -> int:
+    """Forget alerts resolved, and notifications settled, longer than ``keep`` ago (their
+    notifications go with the alerts); returns the rows deleted."""
+    cutoff = now - keep
+    with session_scope(sessions) as session:
+        notifications = session.execute(
+            delete(Notification).where(
+                Notification.status.in_(("sent", "failed")), Notification.created_at < cutoff
+            )
+        )
+        instances = session.execute(
+            delete(AlertInstance).where(
+                AlertInstance.state == State.RESOLVED.value, AlertInstance.resolved_at < cutoff
+            )
+        )
+    return int(getattr(notifications, "rowcount", 0) or 0) + int(
+        getattr(instances, "rowcount", 0) or 0
+    )

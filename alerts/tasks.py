@@ -13,8 +13,9 @@ import threading
 from datetime import timedelta
 
 from alerts.dispatch import Dispatcher
-from alerts.evaluator import Evaluator
+from alerts.evaluator import Evaluator, prune_history
 from tuneloop.runtime import Runtime
+from tuneloop.storage.types import utcnow
 from tuneloop.taskqueue.maintenance import task_runtime
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,13 @@ def run_evaluation() -> None:
     log.debug("alert evaluation: %s", result)
 
 
+HISTORY = timedelta(days=30)
+"""How long resolved alerts and settled notifications are kept."""
+
+
 def run_notifications() -> None:
+    """Send what is due (retries, and anything a pass queued while the pool was full), and
+    forget history older than :data:`HISTORY`."""
     _, dispatcher = components()
     dispatcher.dispatch()
+    prune_history(task_runtime().sessions, utcnow(), HISTORY)

@@ -3,10 +3,12 @@ notifications out, including a restart in the middle."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from alerts import evaluator as evaluator_module
-from alerts.evaluator import Evaluator
+from alerts.evaluator import Evaluator, prune_history
 from tests.alerts.conftest import Alerting, at
 from tuneloop.storage.timeseries.types import SeriesKind
 
@@ -197,3 +199,17 @@ def test_a_restart_in_the_middle_neither_repeats_nor_drops(
         ("hook", "resolved", "GpuHot/gpu=0/hostname=n1"),
     ]
     assert alerting.instance("GpuHot/gpu=0/hostname=n1").fired_at == at(130)
+
+
+def test_history_older_than_its_keep_is_pruned(alerting: Alerting) -> None:
+    alerting.rule(**{**HOT, "for": "0s"})
+    alerting.receiver()
+    alerting.write(TEMP, GPU0, [(0, 95.0), (60, 40.0)])
+    alerting.evaluate(0)
+    alerting.evaluate(60)
+    assert len(alerting.notifications()) == 2
+    assert prune_history(alerting.sessions, at(3600), timedelta(hours=2)) == 0
+    # Notifications still pending are kept; the resolved alert goes, and its history with it.
+    assert prune_history(alerting.sessions, at(3 * 3600), timedelta(hours=2)) == 1
+    assert alerting.states() == {}
+    assert alerting.notifications() == []
