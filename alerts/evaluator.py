@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from alerts import store
 from alerts.conditions import Active, active_alerts
-from alerts.muting import Inhibition, Silence, matcher, mute_reason
+from alerts.muting import InhibitIndex, Inhibition, Silence, matcher, mute_reason
 from alerts.query import evaluate_samples
 from alerts.routing import Route, group_key, routes_for
 from alerts.state import AlertState, Event, State, advance, event_due
@@ -222,15 +222,13 @@ def _notify(session: Session, project_id: int, now: datetime) -> int:
             )
         )
     ]
-    firing = [row.labels for row in rows if row.state == State.FIRING]
+    inhibit = InhibitIndex([row.labels for row in rows if row.state == State.FIRING], inhibitions)
     queued = 0
     for row in rows:
         state = State(row.state)
         muted = None
         if state is State.FIRING:
-            muted = mute_reason(
-                row.labels, silences=silences, firing=firing, inhibitions=inhibitions, now=now
-            )
+            muted = mute_reason(row.labels, silences=silences, inhibit=inhibit, now=now)
         row.muted_by = muted
         event = event_due(state, row.notified, muted=muted is not None)
         if event is not None:

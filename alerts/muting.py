@@ -66,36 +66,47 @@ def silenced_by(labels: LabelSet, silences: Sequence[Silence], now: datetime) ->
     return None
 
 
-def inhibited(
-    labels: LabelSet, firing: Sequence[LabelSet], inhibitions: Sequence[Inhibition]
-) -> bool:
-    """Whether a firing alert other than this one, matching an inhibit rule's source, has the
-    same ``equal`` labels as this alert, which matches the rule's target."""
-    for rule in inhibitions:
-        if not matches(rule.target, labels):
-            continue
-        for source in firing:
-            if source is labels or source == labels:
-                continue
-            if matches(rule.source, source) and all(
-                source.get(name, "") == labels.get(name, "") for name in rule.equal
-            ):
+class InhibitIndex:
+    """The firing alerts that match each inhibit rule's source, by their ``equal`` label
+    values: whether an alert is inhibited is then one lookup per rule, not a scan of every
+    firing alert (a fleet-wide incident fires hundreds at once)."""
+
+    def __init__(self, firing: Sequence[LabelSet], inhibitions: Sequence[Inhibition]) -> None:
+        self._rules: list[tuple[Inhibition, dict[tuple[str, ...], set[tuple[str, ...]]]]] = []
+        for rule in inhibitions:
+            sources: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
+            for labels in firing:
+                if matches(rule.source, labels):
+                    sources.setdefault(_equal_key(rule, labels), set()).add(_identity(labels))
+            if sources:
+                self._rules.append((rule, sources))
+
+    def inhibits(self, labels: LabelSet) -> bool:
+        """Whether a firing alert other than this one matches a rule's source and has the same
+        ``equal`` labels as this alert, which matches the rule's target."""
+        own = _identity(labels)
+        for rule, sources in self._rules:
+            found = sources.get(_equal_key(rule, labels))
+            if found and (len(found) > 1 or own not in found) and matches(rule.target, labels):
                 return True
-    return False
+        return False
+
+
+def _equal_key(rule: Inhibition, labels: LabelSet) -> tuple[str, ...]:
+    return tuple(labels.get(name, "") for name in rule.equal)
+
+
+def _identity(labels: LabelSet) -> tuple[str, ...]:
+    return tuple(f"{key}\x00{value}" for key, value in sorted(labels.items()))
 
 
 def mute_reason(
-    labels: LabelSet,
-    *,
-    silences: Sequence[Silence],
-    firing: Sequence[LabelSet],
-    inhibitions: Sequence[Inhibition],
-    now: datetime,
+    labels: LabelSet, *, silences: Sequence[Silence], inhibit: InhibitIndex, now: datetime
 ) -> str | None:
     """``silence:<id>``, ``inhibited`` or ``None``."""
     silence = silenced_by(labels, silences, now)
     if silence is not None:
         return f"silence:{silence}"
-    if inhibited(labels, firing, inhibitions):
+    if inhibit.inhibits(labels):
         return "inhibited"
     return None
