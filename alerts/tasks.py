@@ -11,12 +11,16 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
-from alerts.dispatch import Dispatcher
-from alerts.evaluator import Evaluator, prune_history
 from tuneloop.runtime import Runtime
 from tuneloop.storage.types import utcnow
 from tuneloop.taskqueue.maintenance import task_runtime
+
+if TYPE_CHECKING:
+    # Imported when a task first runs: registering the tasks (every process start) stays cheap.
+    from alerts.dispatch import Dispatcher
+    from alerts.evaluator import Evaluator
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +30,9 @@ _built: tuple[Runtime, Evaluator, Dispatcher] | None = None
 
 def components() -> tuple[Evaluator, Dispatcher]:
     """This process's evaluator and dispatcher, rebuilt when the task runtime changes."""
+    from alerts.dispatch import Dispatcher
+    from alerts.evaluator import Evaluator
+
     global _built
     runtime = task_runtime()
     with _lock:
@@ -67,6 +74,8 @@ HISTORY = timedelta(days=30)
 def run_notifications() -> None:
     """Send what is due (retries, and anything a pass queued while the pool was full), and
     forget history older than :data:`HISTORY`."""
+    from alerts.evaluator import prune_history
+
     _, dispatcher = components()
     dispatcher.dispatch()
     prune_history(task_runtime().sessions, utcnow(), HISTORY)
