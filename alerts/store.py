@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from alerts.catalog import known_metrics
 from alerts.notifiers.config import parse_config
 from alerts.rules import (
+    LABEL_NAME_RE,
     InhibitDefinition,
     MetricInfo,
     MetricLookup,
@@ -212,6 +213,9 @@ def create_receiver(
         parse_config(kind, config)
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
+    for label in group_by:
+        if not LABEL_NAME_RE.fullmatch(label):
+            raise InvalidInput(f"invalid label name {label!r} in group_by")
     if session.scalars(
         select(AlertReceiver.id).where(
             AlertReceiver.project_id == project.id, AlertReceiver.name == name

@@ -149,6 +149,12 @@ def test_silences_receivers_and_inhibitions(client: TestClient, mint: Minter) ->
         headers=member,
     )
     assert bad.status_code == 422 and "http:// or https://" in bad.json()["detail"]
+    bad_group = client.post(
+        f"{BASE}/receivers",
+        json={"name": "g", "kind": "slack", "config": {"url": "https://x"}, "group_by": ["a-b"]},
+        headers=member,
+    )
+    assert bad_group.status_code == 422 and "group_by" in bad_group.json()["detail"]
 
     inhibition = client.post(
         f"{BASE}/inhibitions",
