@@ -191,6 +191,16 @@ class CollectorCheck(BaseModel):
     consecutive_failures: int = 0
 
 
+class NotifierCheck(BaseModel):
+    """One alert receiver (``project/receiver``): failing after 3 failed attempts in a row."""
+
+    ok: bool
+    kind: str
+    consecutive_failures: int
+    last_success_at: datetime | None = None
+    last_error: str | None = None
+
+
 class HealthOut(BaseModel):
     status: Literal["ok", "degraded"]
     checks: dict[str, CheckResult]
@@ -198,4 +208,9 @@ class HealthOut(BaseModel):
         default_factory=dict,
         description="Sources polled by this process; a failing one makes the status "
         "degraded but never the response 503",
+    )
+    notifiers: dict[str, NotifierCheck] = Field(
+        default_factory=dict,
+        description="Alert receivers; one that keeps failing makes the status degraded but "
+        "never the response 503",
     )

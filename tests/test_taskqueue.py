@@ -97,13 +97,20 @@ def test_runner_waits_for_the_running_task_on_stop() -> None:
 
 
 def test_runner_uses_the_one_registry() -> None:
-    settings = load_settings(maintenance_interval_s=7, tuner_interval_s=3)
+    settings = load_settings(
+        maintenance_interval_s=7,
+        tuner_interval_s=3,
+        alerts_eval_interval_s=5,
+        alerts_notify_interval_s=2,
+    )
     runner = InProcessRunner.for_settings(settings)
     assert runner.tasks == periodic_tasks(settings)
     assert {task.name: task.interval_s for task in runner.tasks} == {
         "tuneloop.maintenance.rollups": 7,
         "tuneloop.maintenance.retention": 7,
         "tuneloop.tuner.dispatch": 3,
+        "tuneloop.alerts.evaluate": 5,
+        "tuneloop.alerts.notify": 2,
     }
 
 
@@ -126,7 +133,8 @@ def test_beat_schedule_entries_all_expire() -> None:
     for name, entry in schedule.items():
         assert entry["task"] == name
         assert name in celery.tasks
-        assert 0 < entry["options"]["expires"] <= entry["schedule"] == 30
+        every = 30 if ".maintenance." in name else entry["schedule"]
+        assert 0 < entry["options"]["expires"] <= entry["schedule"] == every
 
 
 def test_celery_app_settings() -> None:

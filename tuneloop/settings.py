@@ -80,6 +80,13 @@ class Settings(BaseSettings):
 
     default_project: str = "default"
 
+    alerts_eval_interval_s: float = Field(default=15.0, gt=0)
+    """How often alert rules are evaluated."""
+    alerts_notify_interval_s: float = Field(default=5.0, gt=0)
+    """How often queued notifications are retried (new ones go out right after evaluation)."""
+    alerts_external_url: str = ""
+    """Link put in notifications (``externalURL``, ``generatorURL``); default: the API's URL."""
+
     otlp_max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     """Largest OTLP/HTTP request body accepted, on the wire and once decompressed (413 above)."""
 

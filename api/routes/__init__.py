@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.routes import health, jobs, metrics, otlp, projects, series, studies, tokens
+from api.routes import alerts, health, jobs, metrics, otlp, projects, series, studies, tokens
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -19,4 +19,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     studies.router,
     series.router,
     otlp.router,
+    alerts.router,
 )

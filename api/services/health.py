@@ -7,8 +7,10 @@ from collections.abc import Sequence
 
 import redis
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
-from api.schemas import CheckResult, CollectorCheck, HealthOut
+from alerts.health import receiver_health
+from api.schemas import CheckResult, CollectorCheck, HealthOut, NotifierCheck
 from collector.status import SourceStatus
 from tuneloop.storage import DatabaseUnavailable, check_database
 
@@ -57,15 +59,40 @@ def collector_checks(sources: Sequence[SourceStatus]) -> dict[str, CollectorChec
     }
 
 
+def notifier_checks(engine: Engine) -> dict[str, NotifierCheck]:
+    try:
+        health = receiver_health(engine)
+    except SQLAlchemyError:  # the database check already says why
+        return {}
+    return {
+        f"{item.project}/{item.receiver}": NotifierCheck(
+            ok=item.ok,
+            kind=item.kind,
+            consecutive_failures=item.consecutive_failures,
+            last_success_at=item.last_success_at,
+            last_error=item.last_error,
+        )
+        for item in health
+    }
+
+
 def check_health(
     engine: Engine, redis_url: str | None, sources: Sequence[SourceStatus] = ()
 ) -> HealthOut:
     checks = {"database": check_db(engine), "redis": check_redis(redis_url)}
     collectors = collector_checks(sources)
-    healthy = all(check.ok is not False for check in checks.values()) and all(
-        collector.ok is not False for collector in collectors.values()
+    notifiers = notifier_checks(engine) if checks["database"].ok else {}
+    healthy = (
+        all(check.ok is not False for check in checks.values())
+        and all(collector.ok is not False for collector in collectors.values())
+        and all(notifier.ok for notifier in notifiers.values())
     )
-    return HealthOut(status="ok" if healthy else "degraded", checks=checks, collectors=collectors)
+    return HealthOut(
+        status="ok" if healthy else "degraded",
+        checks=checks,
+        collectors=collectors,
+        notifiers=notifiers,
+    )
 
 
 def dependencies_up(health: HealthOut) -> bool:

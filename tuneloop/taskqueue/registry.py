@@ -75,9 +75,20 @@ TUNER_FAN_OUT = FanOut(TUNER_STEP, _running_studies, _step_study)
 
 
 def periodic_tasks(settings: Settings) -> tuple[PeriodicTask, ...]:
+    # Imported here: the alerts component imports the task runtime from this package.
+    from alerts import tasks as alert_tasks
+
     every = settings.maintenance_interval_s
     return (
         PeriodicTask("tuneloop.maintenance.rollups", maintenance.run_rollups, every),
         PeriodicTask("tuneloop.maintenance.retention", maintenance.run_retention, every),
         PeriodicTask.fanning_out(TUNER_DISPATCH, TUNER_FAN_OUT, settings.tuner_interval_s),
+        PeriodicTask(
+            "tuneloop.alerts.evaluate", alert_tasks.run_evaluation, settings.alerts_eval_interval_s
+        ),
+        PeriodicTask(
+            "tuneloop.alerts.notify",
+            alert_tasks.run_notifications,
+            settings.alerts_notify_interval_s,
+        ),
     )

@@ -1,0 +1,290 @@
+"""One evaluation pass: query every enabled rule, advance each alert's state, decide what the
+receivers hear, and store it all in one transaction per project.
+
+Notifications are written to the ``notifications`` table in the transaction that changes the
+state they announce (an outbox): a pass that dies before its commit leaves nothing behind and
+the next pass does the same work again; one that commits has queued exactly what it decided.
+Sending is the dispatcher's job (``alerts.dispatch``); this pass never waits on a receiver.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, delete, select, text
+from sqlalchemy.orm import Session, sessionmaker
+
+from alerts import store
+from alerts.conditions import Active, active_alerts
+from alerts.muting import InhibitIndex, Inhibition, Silence, matcher, mute_reason
+from alerts.query import evaluate_samples
+from alerts.routing import Route, group_key, routes_for
+from alerts.state import AlertState, Event, State, advance, event_due
+from tuneloop.storage import session_scope
+from tuneloop.storage.models import (
+    AlertInhibition,
+    AlertInstance,
+    AlertReceiver,
+    AlertRule,
+    AlertSilence,
+    Notification,
+)
+from tuneloop.storage.types import utcnow
+
+log = logging.getLogger(__name__)
+
+_LOCK_NAMESPACE = 0x616C7274  # "alrt": one advisory lock per project on PostgreSQL
+
+
+@dataclass(slots=True)
+class PassResult:
+    rules: int = 0
+    failed_rules: list[str] = field(default_factory=list)
+    queued: int = 0
+    """Notifications queued by this pass."""
+    seconds: float = 0.0
+
+
+class Evaluator:
+    """Evaluates the rules of every project; holds no alert state of its own, so a new one (a
+    restarted process) carries on exactly where the last committed pass left off."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        sessions: sessionmaker[Session],
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        on_queued: Callable[[], object] | None = None,
+        for_slack: timedelta = timedelta(0),
+    ) -> None:
+        self.engine = engine
+        self.sessions = sessions
+        self.clock = clock
+        self.for_slack = for_slack
+        """How much earlier than ``for`` an alert may fire. Passes run on a timer, so the pass
+        that first saw a condition and the one ``for`` later are a few ms more or less than
+        ``for`` apart; half an interval of slack makes the alert fire at the pass nearest to
+        ``for`` rather than, on a late timer, one whole interval after it (Prometheus avoids
+        the same problem by stamping each pass with its scheduled time)."""
+        self.on_queued = on_queued
+        """Called after a commit that queued notifications (the dispatcher's kick)."""
+
+    def evaluate(self, now: datetime | None = None) -> PassResult:
+        now = now or self.clock()
+        started = time.perf_counter()
+        result = PassResult()
+        with self.sessions() as session:
+            projects = session.scalars(
+                select(AlertRule.project_id).where(AlertRule.enabled.is_(True)).distinct()
+            ).all()
+        for project_id in projects:
+            self.evaluate_project(project_id, now, result)
+        result.seconds = time.perf_counter() - started
+        if result.queued and self.on_queued is not None:
+            self.on_queued()
+        return result
+
+    def evaluate_project(self, project_id: int, now: datetime, result: PassResult) -> None:
+        with session_scope(self.sessions) as session:
+            if not _lock_project(session, project_id):
+                log.info("project %s is being evaluated elsewhere; skipped", project_id)
+                return
+            rules = session.scalars(
+                select(AlertRule).where(
+                    AlertRule.project_id == project_id, AlertRule.enabled.is_(True)
+                )
+            ).all()
+            instances = _instances_by_rule(session, [rule.id for rule in rules])
+            for row in rules:
+                result.rules += 1
+                try:
+                    rule = store.definition(row)
+                    samples = evaluate_samples(session.connection(), project_id, rule, now)
+                except Exception as exc:  # one broken rule must not stop the others
+                    log.warning("alert rule %s failed: %s", row.name, exc)
+                    result.failed_rules.append(row.name)
+                    continue
+                hold_for = max(timedelta(0), timedelta(seconds=rule.for_s) - self.for_slack)
+                alerts = active_alerts(rule, samples)
+                _advance_rule(session, row, alerts, instances, now, hold_for)
+            result.queued += _notify(session, project_id, now)
+
+
+def _lock_project(session: Session, project_id: int) -> bool:
+    """On PostgreSQL, one evaluator per project at a time (Celery may overlap two ticks).
+    SQLite serializes writers itself; its in-process runner runs one pass at a time."""
+    if session.get_bind().dialect.name != "postgresql":
+        return True
+    return bool(
+        session.execute(
+            text("SELECT pg_try_advisory_xact_lock(:namespace, :project)"),
+            {"namespace": _LOCK_NAMESPACE, "project": project_id},
+        ).scalar_one()
+    )
+
+
+def _instances_by_rule(
+    session: Session, rule_ids: Sequence[int]
+) -> dict[int, dict[str, AlertInstance]]:
+    found: dict[int, dict[str, AlertInstance]] = {rule_id: {} for rule_id in rule_ids}
+    if rule_ids:
+        for row in session.scalars(
+            select(AlertInstance).where(AlertInstance.rule_id.in_(rule_ids))
+        ):
+            found[row.rule_id][row.fingerprint] = row
+    return found
+
+
+def _state_of(row: AlertInstance) -> AlertState:
+    return AlertState(State(row.state), row.active_at, row.fired_at, row.resolved_at, row.value)
+
+
+def _advance_rule(
+    session: Session,
+    row: AlertRule,
+    active: Sequence[Active],
+    instances: dict[int, dict[str, AlertInstance]],
+    now: datetime,
+    hold_for: timedelta,
+) -> None:
+    known = instances[row.id]
+    holding = {alert.fingerprint: alert for alert in active}
+    for fingerprint in set(known) | set(holding):
+        alert = holding.get(fingerprint)
+        instance = known.get(fingerprint)
+        previous = _state_of(instance) if instance is not None else None
+        state = advance(
+            previous,
+            holds=alert is not None,
+            value=alert.value if alert is not None else None,
+            now=now,
+            hold_for=hold_for,
+        )
+        if state is None:
+            continue
+        if instance is None:
+            assert alert is not None
+            instance = AlertInstance(
+                rule_id=row.id, fingerprint=fingerprint, labels=alert.labels, annotations={}
+            )
+            session.add(instance)
+            known[fingerprint] = instance
+        instance.state = state.state.value
+        instance.active_at = state.active_at
+        instance.fired_at = state.fired_at
+        instance.resolved_at = state.resolved_at
+        instance.value = state.value
+        instance.last_eval_at = now
+        if alert is not None:
+            instance.labels = alert.labels
+            instance.annotations = alert.annotations
+
+
+def _notify(session: Session, project_id: int, now: datetime) -> int:
+    """Mute what silences and inhibit rules say, and queue the events that are due."""
+    session.flush()
+    rows = session.scalars(
+        select(AlertInstance)
+        .join(AlertRule, AlertRule.id == AlertInstance.rule_id)
+        .where(AlertRule.project_id == project_id)
+    ).all()
+    silences = [
+        Silence(s.id, tuple(matcher(t) for t in s.matchers), s.starts_at, s.ends_at)
+        for s in session.scalars(
+            select(AlertSilence).where(
+                AlertSilence.project_id == project_id,
+                AlertSilence.starts_at <= now,
+                AlertSilence.ends_at > now,
+            )
+        )
+    ]
+    inhibitions = [
+        Inhibition(
+            tuple(matcher(t) for t in i.source_matchers),
+            tuple(matcher(t) for t in i.target_matchers),
+            tuple(i.equal),
+        )
+        for i in session.scalars(
+            select(AlertInhibition).where(AlertInhibition.project_id == project_id)
+        )
+    ]
+    routes = [
+        Route.of(r.id, r.name, r.matchers, r.group_by)
+        for r in session.scalars(
+            select(AlertReceiver).where(
+                AlertReceiver.project_id == project_id, AlertReceiver.enabled.is_(True)
+            )
+        )
+    ]
+    inhibit = InhibitIndex([row.labels for row in rows if row.state == State.FIRING], inhibitions)
+    queued = 0
+    for row in rows:
+        state = State(row.state)
+        muted = None
+        if state is State.FIRING:
+            muted = mute_reason(row.labels, silences=silences, inhibit=inhibit, now=now)
+        row.muted_by = muted
+        event = event_due(state, row.notified, muted=muted is not None)
+        if event is not None:
+            for route in routes_for(row.labels, routes):
+                session.add(
+                    Notification(
+                        instance_id=row.id,
+                        receiver_id=route.receiver_id,
+                        receiver=route.receiver,
+                        event=event.value,
+                        status="pending",
+                        attempts=0,
+                        group_key=group_key(route, row.labels),
+                        alert=alert_snapshot(row, event),
+                        created_at=now,
+                    )
+                )
+                queued += 1
+            row.notified = event.value
+    # A pending alert that stopped holding was never announced: nothing to keep.
+    inactive = [row.id for row in rows if row.state == State.INACTIVE]
+    if inactive:
+        session.execute(delete(AlertInstance).where(AlertInstance.id.in_(inactive)))
+    return queued
+
+
+def alert_snapshot(row: AlertInstance, event: Event) -> dict[str, Any]:
+    """The alert as receivers see it, frozen when the event happened."""
+    starts = row.fired_at or row.active_at
+    ends = row.resolved_at if event is Event.RESOLVED else None
+    return {
+        "fingerprint": row.fingerprint,
+        "labels": dict(row.labels),
+        "annotations": dict(row.annotations),
+        "startsAt": starts.isoformat() if starts else None,
+        "endsAt": ends.isoformat() if ends else None,
+        "value": row.value,
+        "status": event.value,
+    }
+
+
+def prune_history(sessions: sessionmaker[Session], now: datetime, keep: timedelta) -> int:
+    """Forget alerts resolved, and notifications settled, longer than ``keep`` ago (their
+    notifications go with the alerts); returns the rows deleted."""
+    cutoff = now - keep
+    with session_scope(sessions) as session:
+        notifications = session.execute(
+            delete(Notification).where(
+                Notification.status.in_(("sent", "failed")), Notification.created_at < cutoff
+            )
+        )
+        instances = session.execute(
+            delete(AlertInstance).where(
+                AlertInstance.state == State.RESOLVED.value, AlertInstance.resolved_at < cutoff
+            )
+        )
+    return int(getattr(notifications, "rowcount", 0) or 0) + int(
+        getattr(instances, "rowcount", 0) or 0
+    )

@@ -1,0 +1,352 @@
+"""Rules, receivers, silences and inhibit rules of a project in the store: plain functions,
+the caller commits. Errors are ``tuneloop.accounts`` errors (the API maps them to 404/409/422).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from alerts.catalog import known_metrics
+from alerts.notifiers.config import parse_config
+from alerts.rules import (
+    LABEL_NAME_RE,
+    InhibitDefinition,
+    MetricInfo,
+    MetricLookup,
+    RuleDefinition,
+    RuleError,
+    RuleFile,
+    check_metrics,
+    from_stored,
+)
+from api.query_params import parse_matcher
+from tuneloop.accounts import Conflict, InvalidInput, NotFound
+from tuneloop.storage.models import (
+    AlertInhibition,
+    AlertInstance,
+    AlertReceiver,
+    AlertRule,
+    AlertSilence,
+    Project,
+    Series,
+)
+from tuneloop.storage.timeseries.types import SeriesKind
+
+MAX_SILENCE = timedelta(days=90)
+
+# --------------------------------------------------------------------------- rules
+
+
+def metric_lookup(session: Session, project_id: int) -> MetricLookup:
+    """Finds a metric among the project's series, else among what the collectors write."""
+
+    def lookup(name: str) -> MetricInfo | None:
+        stored = session.scalars(
+            select(Series.kind).where(Series.project_id == project_id, Series.metric == name)
+        ).first()
+        if stored is not None:
+            return MetricInfo(name, SeriesKind(stored))
+        kind = known_metrics().get(name)
+        return MetricInfo(name, kind) if kind is not None else None
+
+    return lookup
+
+
+def check_rule(session: Session, project: Project, rule: RuleDefinition) -> None:
+    try:
+        check_metrics(rule, metric_lookup(session, project.id))
+    except RuleError as exc:
+        raise InvalidInput(str(exc)) from None
+
+
+def definition(row: AlertRule) -> RuleDefinition:
+    return from_stored(
+        name=row.name,
+        kind=row.kind,
+        spec=row.spec,
+        for_s=row.for_s,
+        severity=row.severity,
+        labels=row.labels,
+        annotations=row.annotations,
+        enabled=row.enabled,
+    )
+
+
+def get_rule(session: Session, project: Project, name: str) -> AlertRule:
+    row = session.scalars(
+        select(AlertRule).where(AlertRule.project_id == project.id, AlertRule.name == name)
+    ).one_or_none()
+    if row is None:
+        raise NotFound(f"alert rule {name!r} not found")
+    return row
+
+
+def list_rules(session: Session, project: Project, *, limit: int, offset: int) -> list[AlertRule]:
+    statement = (
+        select(AlertRule)
+        .where(AlertRule.project_id == project.id)
+        .order_by(AlertRule.name)
+        .limit(limit)
+        .offset(offset)
+    )
+    return list(session.scalars(statement))
+
+
+def _apply(row: AlertRule, rule: RuleDefinition, source: str) -> None:
+    row.kind = rule.kind.value
+    row.spec = rule.spec()
+    row.for_s = float(rule.for_s)
+    row.severity = rule.severity.value
+    row.labels = dict(rule.labels)
+    row.annotations = dict(rule.annotations)
+    row.enabled = rule.enabled
+    row.source = source
+
+
+def create_rule(
+    session: Session, project: Project, rule: RuleDefinition, *, source: str = "api"
+) -> AlertRule:
+    check_rule(session, project, rule)
+    exists = session.scalars(
+        select(AlertRule.id).where(AlertRule.project_id == project.id, AlertRule.name == rule.name)
+    ).first()
+    if exists is not None:
+        raise Conflict(f"alert rule {rule.name!r} already exists in project {project.name!r}")
+    row = AlertRule(project_id=project.id, name=rule.name)
+    _apply(row, rule, source)
+    session.add(row)
+    session.flush()
+    return row
+
+
+def replace_rule(
+    session: Session, project: Project, row: AlertRule, rule: RuleDefinition, *, source: str
+) -> bool:
+    """Update ``row`` to ``rule``; returns whether anything changed. A changed query or
+    condition clears the rule's pending alerts (their ``for`` clock no longer applies);
+    firing ones resolve or go on at the next evaluation."""
+    if rule.name != row.name:
+        raise InvalidInput(f"the rule's name is {row.name!r}; a rename is a delete and a create")
+    check_rule(session, project, rule)
+    before = (row.kind, row.spec, row.for_s, row.severity, row.labels, row.annotations, row.enabled)
+    _apply(row, rule, source)
+    after = (row.kind, row.spec, row.for_s, row.severity, row.labels, row.annotations, row.enabled)
+    if before == after:
+        return False
+    session.execute(
+        delete(AlertInstance).where(
+            AlertInstance.rule_id == row.id, AlertInstance.state == "pending"
+        )
+    )
+    return True
+
+
+def delete_rule(session: Session, row: AlertRule) -> None:
+    session.delete(row)
+
+
+def load_rule_file(
+    session: Session, project: Project, parsed: RuleFile, *, source: str
+) -> dict[str, list[str]]:
+    """Create or update every rule of a file and replace the inhibit rules it brought before;
+    rules earlier loaded from the same ``source`` and now gone are deleted. All or nothing:
+    the first invalid rule raises and the caller rolls back."""
+    outcome: dict[str, list[str]] = {"created": [], "updated": [], "unchanged": [], "deleted": []}
+    existing = {
+        row.name: row
+        for row in session.scalars(select(AlertRule).where(AlertRule.project_id == project.id))
+    }
+    for rule in parsed.rules:
+        row = existing.get(rule.name)
+        if row is None:
+            create_rule(session, project, rule, source=source)
+            outcome["created"].append(rule.name)
+        elif replace_rule(session, project, row, rule, source=source):
+            outcome["updated"].append(rule.name)
+        else:
+            outcome["unchanged"].append(rule.name)
+    names = {rule.name for rule in parsed.rules}
+    for name, row in existing.items():
+        if row.source == source and name not in names:
+            session.delete(row)
+            outcome["deleted"].append(name)
+    session.execute(
+        delete(AlertInhibition).where(
+            AlertInhibition.project_id == project.id, AlertInhibition.origin == source
+        )
+    )
+    for inhibit in parsed.inhibit_rules:
+        add_inhibition(session, project, inhibit, origin=source)
+    return outcome
+
+
+# --------------------------------------------------------------------------- receivers
+
+
+def _matchers(texts: Iterable[Any], what: str) -> list[str]:
+    checked = []
+    for text in texts:
+        try:
+            parse_matcher(str(text))
+        except ValueError as exc:
+            raise InvalidInput(f"{what}: {exc}") from None
+        checked.append(str(text))
+    return checked
+
+
+def create_receiver(
+    session: Session,
+    project: Project,
+    *,
+    name: str,
+    kind: str,
+    config: dict[str, Any],
+    matchers: Sequence[str] = (),
+    group_by: Sequence[str] = ("alertname",),
+) -> AlertReceiver:
+    try:
+        parse_config(kind, config)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
+    for label in group_by:
+        if not LABEL_NAME_RE.fullmatch(label):
+            raise InvalidInput(f"invalid label name {label!r} in group_by")
+    if session.scalars(
+        select(AlertReceiver.id).where(
+            AlertReceiver.project_id == project.id, AlertReceiver.name == name
+        )
+    ).first():
+        raise Conflict(f"receiver {name!r} already exists in project {project.name!r}")
+    row = AlertReceiver(
+        project_id=project.id,
+        name=name,
+        kind=kind,
+        config=dict(config),
+        matchers=_matchers(matchers, "receiver matchers"),
+        group_by=list(group_by),
+        enabled=True,
+        consecutive_failures=0,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def get_receiver(session: Session, project: Project, name: str) -> AlertReceiver:
+    row = session.scalars(
+        select(AlertReceiver).where(
+            AlertReceiver.project_id == project.id, AlertReceiver.name == name
+        )
+    ).one_or_none()
+    if row is None:
+        raise NotFound(f"receiver {name!r} not found")
+    return row
+
+
+def list_receivers(session: Session, project: Project) -> list[AlertReceiver]:
+    return list(
+        session.scalars(
+            select(AlertReceiver)
+            .where(AlertReceiver.project_id == project.id)
+            .order_by(AlertReceiver.name)
+        )
+    )
+
+
+# --------------------------------------------------------------------------- silences
+
+
+def create_silence(
+    session: Session,
+    project: Project,
+    *,
+    matchers: Sequence[str],
+    starts_at: datetime,
+    ends_at: datetime,
+    created_by: str,
+    comment: str = "",
+) -> AlertSilence:
+    if not matchers:
+        raise InvalidInput("a silence needs at least one matcher")
+    checked = _matchers(matchers, "silence")
+    if all(parse_matcher(text).value == "" for text in checked):
+        raise InvalidInput("a silence needs a matcher that does not match the empty string")
+    if ends_at <= starts_at:
+        raise InvalidInput("ends_at must be after starts_at")
+    if ends_at - starts_at > MAX_SILENCE:
+        raise InvalidInput(f"a silence may last at most {MAX_SILENCE.days} days")
+    row = AlertSilence(
+        project_id=project.id,
+        matchers=checked,
+        starts_at=starts_at,
+        ends_at=ends_at,
+        created_by=created_by,
+        comment=comment,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def get_silence(session: Session, project: Project, silence_id: int) -> AlertSilence:
+    row = session.get(AlertSilence, silence_id)
+    if row is None or row.project_id != project.id:
+        raise NotFound(f"silence {silence_id} not found")
+    return row
+
+
+def list_silences(
+    session: Session, project: Project, *, active_at: datetime | None = None
+) -> list[AlertSilence]:
+    statement = select(AlertSilence).where(AlertSilence.project_id == project.id)
+    if active_at is not None:
+        statement = statement.where(
+            AlertSilence.starts_at <= active_at, AlertSilence.ends_at > active_at
+        )
+    return list(session.scalars(statement.order_by(AlertSilence.id)))
+
+
+def expire_silence(session: Session, row: AlertSilence, now: datetime) -> None:
+    """End a silence now (kept for the record)."""
+    if row.ends_at > now:
+        row.ends_at = max(now, row.starts_at)
+
+
+# --------------------------------------------------------------------------- inhibit rules
+
+
+def add_inhibition(
+    session: Session, project: Project, inhibit: InhibitDefinition, *, origin: str = "api"
+) -> AlertInhibition:
+    row = AlertInhibition(
+        project_id=project.id,
+        source_matchers=_matchers(inhibit.source, "inhibit source"),
+        target_matchers=_matchers(inhibit.target, "inhibit target"),
+        equal=list(inhibit.equal),
+        origin=origin,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def list_inhibitions(session: Session, project: Project) -> list[AlertInhibition]:
+    return list(
+        session.scalars(
+            select(AlertInhibition)
+            .where(AlertInhibition.project_id == project.id)
+            .order_by(AlertInhibition.id)
+        )
+    )
+
+
+def get_inhibition(session: Session, project: Project, inhibition_id: int) -> AlertInhibition:
+    row = session.get(AlertInhibition, inhibition_id)
+    if row is None or row.project_id != project.id:
+        raise NotFound(f"inhibit rule {inhibition_id} not found")
+    return row

@@ -1,0 +1,81 @@
+"""The periodic tasks of alerting: evaluation and notification retries.
+
+Both take no arguments and re-read the store, as every periodic task does. One
+:class:`Evaluator` and one :class:`Dispatcher` per process, built from the task runtime; after
+an evaluation that queued notifications the dispatcher starts sending at once, so a new alert
+does not wait for the next notification tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from tuneloop.runtime import Runtime
+from tuneloop.storage.types import utcnow
+from tuneloop.taskqueue.maintenance import task_runtime
+
+if TYPE_CHECKING:
+    # Imported when a task first runs: registering the tasks (every process start) stays cheap.
+    from alerts.dispatch import Dispatcher
+    from alerts.evaluator import Evaluator
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_built: tuple[Runtime, Evaluator, Dispatcher] | None = None
+
+
+def components() -> tuple[Evaluator, Dispatcher]:
+    """This process's evaluator and dispatcher, rebuilt when the task runtime changes."""
+    from alerts.dispatch import Dispatcher
+    from alerts.evaluator import Evaluator
+
+    global _built
+    runtime = task_runtime()
+    with _lock:
+        if _built is None or _built[0] is not runtime:
+            if _built is not None:
+                _built[2].close()
+            url = runtime.settings.alerts_external_url or (
+                f"http://{runtime.settings.host}:{runtime.settings.port}"
+            )
+            dispatcher = Dispatcher(runtime.sessions, external_url=url)
+            slack = timedelta(seconds=runtime.settings.alerts_eval_interval_s / 2)
+            evaluator = Evaluator(
+                runtime.engine, runtime.sessions, on_queued=dispatcher.dispatch, for_slack=slack
+            )
+            _built = (runtime, evaluator, dispatcher)
+        return _built[1], _built[2]
+
+
+def close_components() -> None:
+    global _built
+    with _lock:
+        if _built is not None:
+            _built[2].close()
+        _built = None
+
+
+def run_evaluation() -> None:
+    evaluator, _ = components()
+    result = evaluator.evaluate()
+    if result.failed_rules:
+        log.warning("alert rules that failed this pass: %s", ", ".join(result.failed_rules))
+    log.debug("alert evaluation: %s", result)
+
+
+HISTORY = timedelta(days=30)
+"""How long resolved alerts and settled notifications are kept."""
+
+
+def run_notifications() -> None:
+    """Send what is due (retries, and anything a pass queued while the pool was full), and
+    forget history older than :data:`HISTORY`."""
+    from alerts.evaluator import prune_history
+
+    _, dispatcher = components()
+    dispatcher.dispatch()
+    prune_history(task_runtime().sessions, utcnow(), HISTORY)

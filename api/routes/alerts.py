@@ -1,0 +1,337 @@
+"""Alerting of a project: rules, alerts, silences, receivers, inhibit rules and notifications,
+under ``/api/v1/projects/{project}/alerts``.
+
+Every role of the project may read; agents (collectors, job agents) may not change anything.
+A rule is checked when it is written: an invalid query, an unknown metric or a broken template
+is refused with the reason (422).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, status
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from alerts import store
+from alerts.rules import InhibitDefinition, RuleDefinition, RuleError, duration_s, parse_rule_file
+from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, PageDep, ProjectDep, SessionDep, require
+from api.schemas import Page
+from api.schemas_alerts import (
+    AlertOut,
+    InhibitionIn,
+    InhibitionOut,
+    NotificationOut,
+    ReceiverIn,
+    ReceiverOut,
+    RuleFileIn,
+    RuleFileOut,
+    RuleOut,
+    SilenceIn,
+    SilenceOut,
+)
+from tuneloop import accounts
+from tuneloop.accounts import InvalidInput
+from tuneloop.storage.models import (
+    AlertInhibition,
+    AlertInstance,
+    AlertReceiver,
+    AlertRule,
+    ApiToken,
+    Notification,
+    Project,
+)
+from tuneloop.storage.types import utcnow
+
+router = APIRouter(
+    prefix=f"{API_PREFIX}/projects/{{project}}/alerts", tags=["alerts"], responses=AUTH_ERRORS
+)
+
+RuleName = Annotated[str, Path(description="Rule name (the alertname)")]
+
+
+def _writer(token: ApiToken) -> None:
+    require(token.role != "agent", "agent tokens cannot change alerting")
+
+
+def _audit(
+    session: Session, token: ApiToken, project: Project, action: str, target: str,
+    details: Mapping[str, Any],
+) -> None:  # fmt: skip
+    accounts.record_audit(
+        session,
+        actor=accounts.actor_name(token),
+        action=action,
+        target=target,
+        project_id=project.id,
+        details=dict(details),
+    )
+
+
+# --------------------------------------------------------------------------- rules
+
+
+@router.post("/rules", status_code=status.HTTP_201_CREATED, summary="Create an alert rule")
+def create_rule(
+    body: RuleDefinition, project: ProjectDep, session: SessionDep, token: CurrentToken
+) -> RuleOut:
+    _writer(token)
+    row = store.create_rule(session, project, body)
+    _audit(session, token, project, "alert.rule.create", f"rule:{row.name}", row.spec)
+    return RuleOut.of(row)
+
+
+@router.get("/rules", summary="List a project's alert rules")
+def list_rules(
+    project: ProjectDep, session: SessionDep, _token: CurrentToken, page: PageDep
+) -> Page[RuleOut]:
+    rows = store.list_rules(session, project, limit=page.fetch, offset=page.offset)
+    return Page(
+        items=[RuleOut.of(row) for row in rows[: page.limit]],
+        limit=page.limit,
+        offset=page.offset,
+        next_offset=page.offset + page.limit if len(rows) > page.limit else None,
+    )
+
+
+@router.get("/rules/{rule}", summary="One alert rule")
+def read_rule(rule: RuleName, project: ProjectDep, session: SessionDep) -> RuleOut:
+    return RuleOut.of(store.get_rule(session, project, rule))
+
+
+@router.put("/rules/{rule}", summary="Replace an alert rule")
+def replace_rule(
+    rule: RuleName,
+    body: RuleDefinition,
+    project: ProjectDep,
+    session: SessionDep,
+    token: CurrentToken,
+) -> RuleOut:
+    _writer(token)
+    row = store.get_rule(session, project, rule)
+    if store.replace_rule(session, project, row, body, source="api"):
+        _audit(session, token, project, "alert.rule.update", f"rule:{row.name}", row.spec)
+    return RuleOut.of(row)
+
+
+@router.delete("/rules/{rule}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a rule")
+def delete_rule(
+    rule: RuleName, project: ProjectDep, session: SessionDep, token: CurrentToken
+) -> None:
+    _writer(token)
+    row = store.get_rule(session, project, rule)
+    store.delete_rule(session, row)
+    _audit(session, token, project, "alert.rule.delete", f"rule:{rule}", {})
+
+
+@router.post("/rules:load", summary="Create or update the rules of a YAML rule file")
+def load_rules(
+    body: RuleFileIn, project: ProjectDep, session: SessionDep, token: CurrentToken
+) -> RuleFileOut:
+    """All or nothing: one invalid rule refuses the whole file, every problem listed."""
+    _writer(token)
+    try:
+        parsed = parse_rule_file(body.text, source=body.source)
+    except RuleError as exc:
+        raise InvalidInput(str(exc)) from None
+    outcome = store.load_rule_file(session, project, parsed, source=body.source)
+    _audit(session, token, project, "alert.rules.load", f"file:{body.source}", outcome)
+    return RuleFileOut(**outcome)
+
+
+# --------------------------------------------------------------------------- alerts
+
+
+@router.get("", summary="Alerts: pending, firing and recently resolved")
+def list_alerts(
+    project: ProjectDep,
+    session: SessionDep,
+    _token: CurrentToken,
+    state: Annotated[str | None, Query(pattern="^(pending|firing|resolved)$")] = None,
+) -> list[AlertOut]:
+    statement = (
+        select(AlertInstance, AlertRule.name)
+        .join(AlertRule, AlertRule.id == AlertInstance.rule_id)
+        .where(AlertRule.project_id == project.id)
+        .order_by(AlertRule.name, AlertInstance.id)
+    )
+    if state is not None:
+        statement = statement.where(AlertInstance.state == state)
+    return [
+        AlertOut.model_validate({**_columns(instance), "rule": name})
+        for instance, name in session.execute(statement).all()
+    ]
+
+
+def _columns(instance: AlertInstance) -> dict[str, Any]:
+    return {
+        column: getattr(instance, column) for column in AlertOut.model_fields if column != "rule"
+    }
+
+
+# --------------------------------------------------------------------------- silences
+
+
+@router.post("/silences", status_code=status.HTTP_201_CREATED, summary="Silence alerts")
+def create_silence(
+    body: SilenceIn, project: ProjectDep, session: SessionDep, token: CurrentToken
+) -> SilenceOut:
+    """Alerts matching every matcher are kept from the receivers from ``starts_at`` (default
+    now) to ``ends_at`` (or for ``duration``); they still show as firing here."""
+    _writer(token)
+    starts_at = body.starts_at or utcnow()
+    ends_at = body.ends_at
+    if body.duration is not None:
+        if ends_at is not None:
+            raise InvalidInput("give ends_at or duration, not both")
+        try:
+            ends_at = starts_at + timedelta(seconds=duration_s(body.duration))
+        except ValueError as exc:
+            raise InvalidInput(f"duration: {exc}") from None
+    if ends_at is None:
+        raise InvalidInput("a silence needs ends_at or duration: silences are time-boxed")
+    row = store.create_silence(
+        session,
+        project,
+        matchers=body.matchers,
+        starts_at=starts_at,
+        ends_at=ends_at,
+        created_by=accounts.actor_name(token),
+        comment=body.comment,
+    )
+    _audit(
+        session, token, project, "alert.silence.create", f"silence:{row.id}",
+        {"matchers": row.matchers, "ends_at": ends_at.isoformat()},
+    )  # fmt: skip
+    return SilenceOut.model_validate(row)
+
+
+@router.get("/silences", summary="Silences, active ones only unless all=true")
+def list_silences(
+    project: ProjectDep,
+    session: SessionDep,
+    _token: CurrentToken,
+    all_: Annotated[bool, Query(alias="all")] = False,
+) -> list[SilenceOut]:
+    rows = store.list_silences(session, project, active_at=None if all_ else utcnow())
+    return [SilenceOut.model_validate(row) for row in rows]
+
+
+@router.delete(
+    "/silences/{silence_id}", status_code=status.HTTP_204_NO_CONTENT, summary="End a silence now"
+)
+def expire_silence(
+    silence_id: int, project: ProjectDep, session: SessionDep, token: CurrentToken
+) -> None:
+    _writer(token)
+    row = store.get_silence(session, project, silence_id)
+    store.expire_silence(session, row, utcnow())
+    _audit(session, token, project, "alert.silence.expire", f"silence:{row.id}", {})
+
+
+# --------------------------------------------------------------------------- receivers
+
+
+@router.post("/receivers", status_code=status.HTTP_201_CREATED, summary="Add a receiver")
+def create_receiver(
+    body: ReceiverIn, project: ProjectDep, session: SessionDep, token: CurrentToken
+) -> ReceiverOut:
+    _writer(token)
+    row = store.create_receiver(
+        session,
+        project,
+        name=body.name,
+        kind=body.kind,
+        config=body.config,
+        matchers=body.matchers,
+        group_by=body.group_by,
+    )
+    _audit(
+        session, token, project, "alert.receiver.create", f"receiver:{row.name}",
+        {"kind": row.kind, "matchers": row.matchers, "group_by": row.group_by},
+    )  # fmt: skip
+    return ReceiverOut.of(row)
+
+
+@router.get("/receivers", summary="Receivers, with their delivery health")
+def list_receivers(
+    project: ProjectDep, session: SessionDep, _token: CurrentToken
+) -> list[ReceiverOut]:
+    return [ReceiverOut.of(row) for row in store.list_receivers(session, project)]
+
+
+@router.delete(
+    "/receivers/{name}", status_code=status.HTTP_204_NO_CONTENT, summary="Remove a receiver"
+)
+def delete_receiver(
+    name: str, project: ProjectDep, session: SessionDep, token: CurrentToken
+) -> None:
+    _writer(token)
+    session.delete(store.get_receiver(session, project, name))
+    _audit(session, token, project, "alert.receiver.delete", f"receiver:{name}", {})
+
+
+# --------------------------------------------------------------------------- inhibit rules
+
+
+def _inhibition_out(row: AlertInhibition) -> InhibitionOut:
+    return InhibitionOut(
+        id=row.id,
+        source=list(row.source_matchers),
+        target=list(row.target_matchers),
+        equal=list(row.equal),
+        origin=row.origin,
+    )
+
+
+@router.post("/inhibitions", status_code=status.HTTP_201_CREATED, summary="Add an inhibit rule")
+def create_inhibition(
+    body: InhibitionIn, project: ProjectDep, session: SessionDep, token: CurrentToken
+) -> InhibitionOut:
+    _writer(token)
+    definition = InhibitDefinition(tuple(body.source), tuple(body.target), tuple(body.equal))
+    row = store.add_inhibition(session, project, definition)
+    _audit(session, token, project, "alert.inhibition.create", f"inhibition:{row.id}", {})
+    return _inhibition_out(row)
+
+
+@router.get("/inhibitions", summary="Inhibit rules")
+def list_inhibitions(
+    project: ProjectDep, session: SessionDep, _token: CurrentToken
+) -> list[InhibitionOut]:
+    return [_inhibition_out(row) for row in store.list_inhibitions(session, project)]
+
+
+@router.delete(
+    "/inhibitions/{inhibition_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Remove an inhibit rule",
+)
+def delete_inhibition(
+    inhibition_id: int, project: ProjectDep, session: SessionDep, token: CurrentToken
+) -> None:
+    _writer(token)
+    session.delete(store.get_inhibition(session, project, inhibition_id))
+    _audit(session, token, project, "alert.inhibition.delete", f"inhibition:{inhibition_id}", {})
+
+
+# --------------------------------------------------------------------------- notifications
+
+
+@router.get("/notifications", summary="Notifications, newest first, with their outcome")
+def list_notifications(
+    project: ProjectDep, session: SessionDep, _token: CurrentToken, page: PageDep
+) -> Page[NotificationOut]:
+    statement = (
+        select(Notification)
+        .join(AlertReceiver, AlertReceiver.id == Notification.receiver_id)
+        .where(AlertReceiver.project_id == project.id)
+        .order_by(Notification.id.desc())
+        .limit(page.fetch)
+        .offset(page.offset)
+    )
+    rows = list(session.scalars(statement))
+    return page.build(rows, NotificationOut)

@@ -1,0 +1,72 @@
+"""``tuneloop alerts check`` and ``tuneloop alerts load`` on a real SQLite file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from typer.testing import CliRunner
+
+import tuneloop.cli.alerts  # registers the commands
+import tuneloop.settings
+from tuneloop import accounts
+from tuneloop.cli import app
+from tuneloop.settings import get_settings
+from tuneloop.storage import make_engine, session_factory, session_scope
+from tuneloop.storage.models import AlertInhibition, AlertRule, metadata
+
+RULES = """
+rules:
+  - {name: Hot, kind: threshold, query: {metric: DCGM_FI_DEV_GPU_TEMP}, op: ">", threshold: 85}
+"""
+
+
+@pytest.fixture
+def database_file(tmp_path: Path) -> Iterator[str]:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    engine = make_engine(url)
+    metadata.create_all(engine)
+    with session_scope(session_factory(engine)) as session:
+        accounts.create_project(session, "default")
+    engine.dispose()
+    yield url
+
+
+@pytest.fixture
+def cli(database_file: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRunner]:
+    monkeypatch.setattr(tuneloop.settings, "_current", None)
+    get_settings.cache_clear()
+    yield CliRunner(env={"TUNELOOP_DATABASE_URL": database_file, "TUNELOOP_REDIS_URL": None})
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
+def test_check_and_load(cli: CliRunner, tmp_path: Path, database_file: str) -> None:
+    assert tuneloop.cli.alerts.alerts_app is not None
+    good = tmp_path / "rules.yaml"
+    good.write_text(RULES)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(RULES.replace("threshold: 85", "threshold: 85, for: soon"))
+
+    checked = cli.invoke(app, ["alerts", "check", str(good)])
+    assert checked.exit_code == 0 and "1 rules, 0 inhibit rules" in checked.stdout
+    refused = cli.invoke(app, ["alerts", "check", str(bad)])
+    assert refused.exit_code == 1 and "rule Hot: for:" in refused.stderr
+
+    loaded = cli.invoke(app, ["alerts", "load", str(good), "--pack"])
+    assert loaded.exit_code == 0, loaded.stderr
+    assert "1 created" in loaded.stdout and "16 created" in loaded.stdout
+    again = cli.invoke(app, ["alerts", "load", "--pack"])
+    assert "0 created, 0 updated, 16 unchanged, 0 deleted" in again.stdout
+    failed = cli.invoke(app, ["alerts", "load", str(bad)])
+    assert failed.exit_code == 1
+
+    engine = make_engine(database_file)
+    with engine.connect() as connection:
+        names = set(connection.execute(select(AlertRule.name)).scalars())
+        inhibitions = connection.execute(select(AlertInhibition.origin)).scalars().all()
+    engine.dispose()
+    assert {"Hot", "GpuXidError", "GpuNodeDown"} <= names and len(names) == 17
+    assert inhibitions == ["pack:gpu-fleet"]

@@ -1,0 +1,200 @@
+"""Alerting routes on real SQLite and PostgreSQL: rules are checked when written, every resource
+stays inside its project."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from tests.api.conftest import Minter, bearer
+from tuneloop.runtime import Runtime
+from tuneloop.storage import session_scope
+from tuneloop.storage.models import AlertReceiver
+
+BASE = "/api/v1/projects/alpha/alerts"
+HOT = {
+    "name": "GpuHot",
+    "kind": "threshold",
+    "query": {"metric": "DCGM_FI_DEV_GPU_TEMP", "aggregation": "max", "window": "5m"},
+    "op": ">",
+    "threshold": 85,
+    "for": "5m",
+    "annotations": {"summary": "GPU {{ $labels.gpu }} at {{ $value }}C"},
+}
+
+
+def test_rules_crud_and_refusals(client: TestClient, mint: Minter) -> None:
+    mint.project("alpha")
+    mint.project("beta")
+    member = bearer(mint.token("alpha", "member", "alice"))
+    agent = bearer(mint.token("alpha", "agent", "node"))
+    other = bearer(mint.token("beta", "member", "bob"))
+
+    created = client.post(f"{BASE}/rules", json=HOT, headers=member)
+    assert created.status_code == 201, created.text
+    assert created.json()["rule"]["for"] == "300s"
+    assert client.post(f"{BASE}/rules", json=HOT, headers=member).status_code == 409
+
+    unknown = client.post(
+        f"{BASE}/rules", json={**HOT, "name": "X", "query": {"metric": "no_such"}}, headers=member
+    )
+    assert unknown.status_code == 422
+    assert "unknown metric 'no_such'" in unknown.json()["detail"]
+
+    broken = client.post(
+        f"{BASE}/rules",
+        json={**HOT, "name": "Y", "annotations": {"summary": "{{ $labels.gpu"}},
+        headers=member,
+    )
+    assert broken.status_code == 422
+    assert "unclosed action" in str(broken.json()["detail"])
+
+    bad_query = client.post(
+        f"{BASE}/rules",
+        json={**HOT, "name": "Z", "query": {"metric": "DCGM_FI_DEV_GPU_TEMP", "match": ["gpu"]}},
+        headers=member,
+    )
+    assert bad_query.status_code == 422
+    assert "expected one of" in str(bad_query.json()["detail"])
+
+    rate_of_gauge = client.post(
+        f"{BASE}/rules",
+        json={**HOT, "name": "R", "kind": "rate", "query": {"metric": "DCGM_FI_DEV_GPU_TEMP"}},
+        headers=member,
+    )
+    assert rate_of_gauge.status_code == 422
+    assert "rate needs a counter" in rate_of_gauge.json()["detail"]
+
+    assert client.post(f"{BASE}/rules", json={**HOT, "name": "A"}, headers=agent).status_code == 403
+    assert client.get(f"{BASE}/rules", headers=other).status_code == 404
+    assert client.get(f"{BASE}/rules/GpuHot", headers=agent).json()["rule"]["threshold"] == 85
+
+    replaced = client.put(f"{BASE}/rules/GpuHot", json={**HOT, "threshold": 90}, headers=member)
+    assert replaced.status_code == 200 and replaced.json()["rule"]["threshold"] == 90
+    listed = client.get(f"{BASE}/rules", headers=member).json()
+    assert [item["rule"]["name"] for item in listed["items"]] == ["GpuHot"]
+    assert client.delete(f"{BASE}/rules/GpuHot", headers=member).status_code == 204
+    assert client.get(f"{BASE}/rules/GpuHot", headers=member).status_code == 404
+
+
+def test_rule_file_load_is_all_or_nothing(client: TestClient, mint: Minter) -> None:
+    mint.project("alpha")
+    member = bearer(mint.token("alpha", "member", "alice"))
+    good = """
+rules:
+  - {name: Hot, kind: threshold, query: {metric: DCGM_FI_DEV_GPU_TEMP}, op: ">", threshold: 85}
+  - {name: Silent, kind: absent, query: {metric: DCGM_FI_DEV_GPU_UTIL, by: [hostname]}}
+inhibit_rules:
+  - {source: ['alertname="Silent"'], target: ['gpu=~".+"'], equal: [hostname]}
+"""
+    loaded = client.post(f"{BASE}/rules:load", json={"text": good, "source": "f"}, headers=member)
+    assert loaded.status_code == 200, loaded.text
+    assert loaded.json()["created"] == ["Hot", "Silent"]
+    bad = good.replace("DCGM_FI_DEV_GPU_TEMP", "nope")
+    refused = client.post(f"{BASE}/rules:load", json={"text": bad, "source": "f"}, headers=member)
+    assert refused.status_code == 422 and "unknown metric 'nope'" in refused.json()["detail"]
+    again = client.post(
+        f"{BASE}/rules:load",
+        json={"text": good.split("  - {name: Silent")[0], "source": "f"},
+        headers=member,
+    )
+    assert again.json() == {
+        "created": [],
+        "updated": [],
+        "unchanged": ["Hot"],
+        "deleted": ["Silent"],
+    }
+    assert client.get(f"{BASE}/inhibitions", headers=member).json() == []
+
+
+def test_silences_receivers_and_inhibitions(client: TestClient, mint: Minter) -> None:
+    mint.project("alpha")
+    mint.project("beta")
+    member = bearer(mint.token("alpha", "member", "alice"))
+    other = bearer(mint.token("beta", "member", "bob"))
+
+    silence = client.post(
+        f"{BASE}/silences",
+        json={"matchers": ['alertname="GpuHot"'], "duration": "2h", "comment": "maintenance"},
+        headers=member,
+    )
+    assert silence.status_code == 201, silence.text
+    silence_id = silence.json()["id"]
+    assert [s["id"] for s in client.get(f"{BASE}/silences", headers=member).json()] == [silence_id]
+    endless = client.post(f"{BASE}/silences", json={"matchers": ['a="b"']}, headers=member)
+    assert endless.status_code == 422 and "time-boxed" in endless.json()["detail"]
+    empty = client.post(
+        f"{BASE}/silences", json={"matchers": ['a=""'], "duration": "1h"}, headers=member
+    )
+    assert empty.status_code == 422
+    assert (
+        client.delete(
+            f"/api/v1/projects/beta/alerts/silences/{silence_id}", headers=other
+        ).status_code
+        == 404
+    )
+    assert client.delete(f"{BASE}/silences/{silence_id}", headers=member).status_code == 204
+    assert client.get(f"{BASE}/silences", headers=member).json() == []
+
+    receiver = client.post(
+        f"{BASE}/receivers",
+        json={"name": "oncall", "kind": "pagerduty", "config": {"routing_key": "k" * 32}},
+        headers=member,
+    )
+    assert receiver.status_code == 201, receiver.text
+    assert receiver.json()["config"]["routing_key"] == "***"
+    bad = client.post(
+        f"{BASE}/receivers",
+        json={"name": "hook", "kind": "webhook", "config": {"url": "ftp://x"}},
+        headers=member,
+    )
+    assert bad.status_code == 422 and "http:// or https://" in bad.json()["detail"]
+    bad_group = client.post(
+        f"{BASE}/receivers",
+        json={"name": "g", "kind": "slack", "config": {"url": "https://x"}, "group_by": ["a-b"]},
+        headers=member,
+    )
+    assert bad_group.status_code == 422 and "group_by" in bad_group.json()["detail"]
+
+    inhibition = client.post(
+        f"{BASE}/inhibitions",
+        json={"source": ['alertname="NodeDown"'], "target": ['gpu=~".+"'], "equal": ["hostname"]},
+        headers=member,
+    )
+    assert inhibition.status_code == 201
+    assert client.get(f"{BASE}/inhibitions", headers=member).json()[0]["equal"] == ["hostname"]
+
+
+def test_a_failing_receiver_shows_on_healthz_and_metrics(
+    client: TestClient, mint: Minter, runtime: Runtime
+) -> None:
+    mint.project("alpha")
+    member = bearer(mint.token("alpha", "member", "alice"))
+    for name in ("ok-hook", "bad-hook"):
+        created = client.post(
+            f"{BASE}/receivers",
+            json={"name": name, "kind": "webhook", "config": {"url": "http://127.0.0.1:9/"}},
+            headers=member,
+        )
+        assert created.status_code == 201
+    assert client.get("/healthz").json()["status"] == "ok"
+    with session_scope(runtime.sessions) as session:
+        row = session.scalars(select(AlertReceiver).where(AlertReceiver.name == "bad-hook")).one()
+        row.consecutive_failures, row.last_error = 3, "HTTP 503: busy"
+
+    health = client.get("/healthz")
+    assert health.status_code == 200
+    body = health.json()
+    assert body["status"] == "degraded"
+    assert body["notifiers"]["alpha/bad-hook"]["ok"] is False
+    assert body["notifiers"]["alpha/bad-hook"]["last_error"] == "HTTP 503: busy"
+    assert body["notifiers"]["alpha/ok-hook"]["ok"] is True
+    metrics = client.get("/metrics").text
+    assert (
+        'tuneloop_alert_receiver_up{kind="webhook",project="alpha",receiver="bad-hook"} 0.0'
+        in metrics
+    )
+    assert (
+        'tuneloop_alert_receiver_consecutive_failures{kind="webhook",project="alpha",'
+        'receiver="bad-hook"} 3.0' in metrics
+    )
