@@ -12,7 +12,9 @@ stops: it keeps re-measuring good arms, which is how it notices that the world c
   dissimilar evidence is not dropped but trusted less. Rewards are ``log(value + c)`` when the
   values are not negative (``c`` = 0, or 5% of the median when some are 0): throughput noise is
   multiplicative. ``noise_i`` is the trial's stderr plus a floor: the larger of ``noise_floor``
-  and the noise seen between consecutive repeats of the same arm (robust median estimate).
+  and the noise seen between consecutive repeats of the same arm (robust median estimate),
+  taken from the repeats since the latest change point once there are 3 of them (conditions
+  that move the optimum change the noise too).
 - **Weights**: ``discount ** age`` (age in trials, newest 0) for gradual drift; times a Gaussian
   similarity of relative context differences (``{"load": ...}`` on observations and on
   ``ask``), so evidence from other conditions counts less and conditions seen before are
@@ -142,7 +144,16 @@ class AdaptiveBandit(BaseStrategy):
         coords = self.space.lattice_coordinates([o.config for o in obs], self.resolution)
         now = context if context is not None else dict(obs[-1].context)
         floor = max(self.noise_floor, _repeat_noise(obs, y, relative))
-        weights = self._weights(obs, now) * self._change_weights(obs, y, stderr, floor, relative)
+        changed = self._change_weights(obs, y, stderr, floor, relative)
+        start = int(np.argmax(changed == 1.0))  # the first trial after the latest change
+        if start:
+            # Conditions that move the optimum move the noise too (a contended network is
+            # slower and steadier): once the arms re-measured since the change say how
+            # noisy they are now, that is the floor, not the mix of both regimes.
+            since = _repeat_noise(obs[start:], y[start:], relative)
+            if since > 0:
+                floor = max(self.noise_floor, since)
+        weights = self._weights(obs, now) * changed
         absolute_floor = floor * abs(float(np.average(y, weights=weights))) if relative else floor
         model = _WeightedGP.fit(coords, y, weights, stderr, absolute_floor, self.lengthscales)
 
