@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.routes import health, jobs, metrics, otlp, projects, series, tokens
+from api.routes import cost, health, jobs, metrics, otlp, projects, series, tokens
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -17,5 +17,6 @@ ROUTERS: tuple[APIRouter, ...] = (
     tokens.router,
     jobs.router,
     series.router,
+    cost.router,
     otlp.router,
 )

@@ -289,6 +289,14 @@ def test_cost_panels(store: Engine) -> None:
     }
     _, rows = run(store, panel("cost", "Project total")["targets"][0]["rawSql"])
     assert [tuple(float(v) for v in rows[0])] == [(15.0, 1.0, 4.5)]
+    # The same figures as the API (tests/api/test_cost_api.py) on sub-periods too.
+    total = panel("cost", "Project total")["targets"][0]["rawSql"]
+    _, rows = run(store, total, start=kd.T0 + timedelta(hours=2))
+    assert [tuple(float(v) for v in rows[0])] == [(5.0, 1.0, 1.5)]
+    _, rows = run(
+        store, panel("cost", "Per job")["targets"][0]["rawSql"], start=kd.at(75), end=kd.at(105)
+    )
+    assert {row[0]: tuple(float(v) for v in row[1:]) for row in rows}["llama"] == (1.0, 0.0, 0.3)
     # 0 is not below 0: with the threshold at 0 % nothing is idle.
     assert table("Per team", idle_below=Variable("0"))["(none)"] == (6.0, 0.0, 1.8)
 
