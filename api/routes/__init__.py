@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.routes import cost, health, jobs, metrics, otlp, projects, series, tokens
+from api.routes import (
+    cost,
+    exposition,
+    health,
+    jobs,
+    metrics,
+    otlp,
+    projects,
+    series,
+    tokens,
+)
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -18,5 +28,6 @@ ROUTERS: tuple[APIRouter, ...] = (
     jobs.router,
     series.router,
     cost.router,
+    exposition.router,
     otlp.router,
 )
