@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.dashboards.grafana_sql import GrafanaQuery, Variable, interval_text, round_interval
+from dashboards.grafana_sql import GrafanaQuery, Variable, interval_text, round_interval
 
 FROM = datetime(2017, 4, 21, 5, 1, 17, tzinfo=UTC)
 TO = datetime(2017, 4, 21, 5, 6, 17, tzinfo=UTC)

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, inspect, text
 
+from dashboards.grafana_sql import GrafanaQuery, Variable
 from tests.conftest import reset_postgres
 from tests.dashboards import known_data as kd
-from tests.dashboards.grafana_sql import GrafanaQuery, Variable
 from tuneloop.storage import make_engine, migrate
 
 pytestmark = pytest.mark.postgres
@@ -164,16 +164,16 @@ def test_gpu_utilization_is_the_same_from_every_source(
 
 
 def test_seven_days_read_the_hourly_rollups(store: Engine) -> None:
-    sql = panel("fleet", "GPU utilization")["targets"][0]["rawSql"]
-    week = GrafanaQuery(kd.END - timedelta(days=7), kd.END, VARIABLES)
-    assert week.interval == 600_000  # what Grafana asks for a 7-day range on 1,000 points
-    _, rows = run(store, sql, start=week.start, interval_ms=week.interval)
-    # Hour 0 comes from samples_1h: one point, the hour's average, in its 10-minute group.
-    # Hours 1 and 2 are past the hourly watermark: 1-minute rollups and raw samples fill
-    # every 10-minute group.
-    points = series(rows)["gpu-node-1 gpu 0"]
-    assert [time for time, _ in points] == [HOURS[0]] + [HOURS[1] + 600 * i for i in range(12)]
-    assert [value for _, value in points] == [10.0] + [11.0] * 6 + [12.0] * 6
+    gpu_panel = panel("fleet", "GPU utilization")
+    week = GrafanaQuery(
+        kd.END - timedelta(days=7), kd.END, VARIABLES, max_data_points=gpu_panel["maxDataPoints"]
+    )
+    assert week.interval == 3_600_000
+    _, rows = run(
+        store, gpu_panel["targets"][0]["rawSql"], start=week.start, interval_ms=week.interval
+    )
+    # Hour 0 from samples_1h, hour 1 from samples_1m, hour 2 from raw samples.
+    assert series(rows)["gpu-node-1 gpu 0"] == [(HOURS[k], 10.0 + k) for k in range(3)]
 
 
 def test_filters_select_hosts_and_gpus(store: Engine) -> None:
