@@ -22,6 +22,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 DATASOURCE = {"type": "grafana-postgresql-datasource", "uid": "tuneloop-postgres"}
+PROMETHEUS = {"type": "prometheus", "uid": "${datasource}"}
+"""The Prometheus dashboard's data source is a variable: any Prometheus holding dcgm-exporter
+and node-exporter series (its own scrapes, or tuneloop's project view)."""
 SCHEMA_VERSION = 39
 
 Json = dict[str, Any]
@@ -90,7 +93,37 @@ class Board:
     def add(
         self, panel_type: str, title: str, *sql: str, fmt: str = "time_series", **extra: Any
     ) -> None:
-        index = len(self.panels)
+        targets = [
+            {
+                "refId": chr(ord("A") + i),
+                "datasource": DATASOURCE,
+                "editorMode": "code",
+                "format": fmt,
+                "rawQuery": True,
+                "rawSql": text,
+            }
+            for i, text in enumerate(sql)
+        ]
+        self._place(panel_type, title, DATASOURCE, targets, extra)
+
+    def add_promql(self, title: str, *queries: tuple[str, str], **extra: Any) -> None:
+        """A time-series panel of PromQL ``(expression, legend)`` queries."""
+        targets = [
+            {
+                "refId": chr(ord("A") + i),
+                "datasource": PROMETHEUS,
+                "editorMode": "code",
+                "expr": expr,
+                "legendFormat": legend,
+                "range": True,
+            }
+            for i, (expr, legend) in enumerate(queries)
+        ]
+        self._place("timeseries", title, PROMETHEUS, targets, extra)
+
+    def _place(
+        self, panel_type: str, title: str, datasource: Json, targets: list[Json], extra: Json
+    ) -> None:
         width = extra.pop("width", 12)
         height = extra.pop("height", 8)
         if self.panels:
@@ -101,22 +134,12 @@ class Board:
         else:
             x, y = 0, 0
         panel: Json = {
-            "id": index + 1,
+            "id": len(self.panels) + 1,
             "type": panel_type,
             "title": title,
-            "datasource": DATASOURCE,
+            "datasource": datasource,
             "gridPos": {"x": x, "y": y, "w": width, "h": height},
-            "targets": [
-                {
-                    "refId": chr(ord("A") + i),
-                    "datasource": DATASOURCE,
-                    "editorMode": "code",
-                    "format": fmt,
-                    "rawQuery": True,
-                    "rawSql": text,
-                }
-                for i, text in enumerate(sql)
-            ],
+            "targets": targets,
         }
         panel.update(extra)
         self.panels.append(panel)
@@ -299,6 +322,113 @@ def fleet() -> Board:
         "Disk I/O per host and device",
         counter_rate_sql("node_disk_read_bytes_total", device + " || ' read'", host_filter),
         counter_rate_sql("node_disk_written_bytes_total", device + " || ' written'", host_filter),
+        **timeseries("Bps"),
+    )
+    return board
+
+
+def fleet_prometheus() -> Board:
+    gpu = 'hostname=~"$host", gpu=~"$gpu"'
+    legend = "{{hostname}} gpu {{gpu}}"
+    board = Board(
+        "tuneloop-fleet-prometheus",
+        "Fleet (Prometheus)",
+        "The Fleet dashboard in PromQL, for a Prometheus that scrapes dcgm-exporter and "
+        "node-exporter, or tuneloop's project view (/api/v1/projects/NAME/metrics).",
+        variables=[
+            {
+                "name": "datasource",
+                "label": "Prometheus",
+                "type": "datasource",
+                "query": "prometheus",
+                "current": {},
+                "hide": 0,
+            },
+            {
+                "name": "host",
+                "label": "Host",
+                "type": "query",
+                "datasource": PROMETHEUS,
+                "query": {
+                    "query": "label_values(DCGM_FI_DEV_GPU_UTIL, hostname)",
+                    "refId": "host",
+                },
+                "definition": "label_values(DCGM_FI_DEV_GPU_UTIL, hostname)",
+                "refresh": 2,
+                "multi": True,
+                "includeAll": True,
+                "allValue": ".*",
+                "sort": 1,
+                "current": {},
+                "hide": 0,
+            },
+            {
+                "name": "gpu",
+                "label": "GPU",
+                "type": "query",
+                "datasource": PROMETHEUS,
+                "query": {
+                    "query": 'label_values(DCGM_FI_DEV_GPU_UTIL{hostname=~"$host"}, gpu)',
+                    "refId": "gpu",
+                },
+                "definition": 'label_values(DCGM_FI_DEV_GPU_UTIL{hostname=~"$host"}, gpu)',
+                "refresh": 2,
+                "multi": True,
+                "includeAll": True,
+                "allValue": ".*",
+                "sort": 1,
+                "current": {},
+                "hide": 0,
+            },
+        ],
+    )
+    gauges = (
+        ("GPU utilization", "DCGM_FI_DEV_GPU_UTIL", "percent"),
+        ("GPU memory used", "DCGM_FI_DEV_FB_USED", "decmbytes"),
+        ("Power draw", "DCGM_FI_DEV_POWER_USAGE", "watt"),
+        ("GPU temperature", "DCGM_FI_DEV_GPU_TEMP", "celsius"),
+        ("SM clock (a drop under load is throttling)", "DCGM_FI_DEV_SM_CLOCK", "rotmhz"),
+        ("Last XID error code", "DCGM_FI_DEV_XID_ERRORS", "none"),
+    )
+    for title, metric, unit in gauges:
+        board.add_promql(title, (f"{metric}{{{gpu}}}", legend), **timeseries(unit))
+    board.add_promql(
+        "Energy use (from the energy counter)",
+        (
+            f"rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{gpu}}}[$__rate_interval]) / 1000",
+            legend,
+        ),
+        **timeseries("watt"),
+    )
+    board.add_promql(
+        "Remapped rows and PCIe replays",
+        (f"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{{{gpu}}}", legend + " remapped"),
+        (f"DCGM_FI_DEV_PCIE_REPLAY_COUNTER{{{gpu}}}", legend + " replays"),
+        **timeseries("none"),
+    )
+    host = 'hostname=~"$host"'
+    board.add_promql(
+        "Network I/O per host and interface",
+        (
+            f"rate(node_network_receive_bytes_total{{{host}}}[$__rate_interval])",
+            "{{hostname}} {{device}} rx",
+        ),
+        (
+            f"rate(node_network_transmit_bytes_total{{{host}}}[$__rate_interval])",
+            "{{hostname}} {{device}} tx",
+        ),
+        **timeseries("Bps"),
+    )
+    board.add_promql(
+        "Disk I/O per host and device",
+        (
+            f"rate(node_disk_read_bytes_total{{{host}}}[$__rate_interval])",
+            "{{hostname}} {{device}} read",
+        ),
+        (
+            f"rate(node_disk_written_bytes_total{{{host}}}[$__rate_interval])",
+            "{{hostname}} {{device}} written",
+        ),
         **timeseries("Bps"),
     )
     return board
@@ -595,7 +725,14 @@ def cost() -> Board:
     return board
 
 
-BOARDS = {"fleet": fleet, "job": job, "tuner": tuner, "alerts": alerts, "cost": cost}
+BOARDS = {
+    "fleet": fleet,
+    "fleet-prometheus": fleet_prometheus,
+    "job": job,
+    "tuner": tuner,
+    "alerts": alerts,
+    "cost": cost,
+}
 
 
 def render(name: str) -> str:

@@ -18,7 +18,7 @@ Two passes, as in Grafana 11:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -104,6 +104,8 @@ class GrafanaQuery:
     interval_ms: int | None = None
     """``None``: as Grafana computes it, from the range and ``max_data_points``."""
     max_data_points: int = 1_000
+    rate_interval: str = "1m"
+    """``$__rate_interval`` (Grafana: at least four scrape intervals)."""
 
     @property
     def interval(self) -> int:
@@ -113,12 +115,18 @@ class GrafanaQuery:
         return round_interval(span_ms / self.max_data_points)
 
     def expand(self, sql: str) -> str:
-        return self._macros(self._globals(self._template(sql)))
+        """A PostgreSQL panel query as the database receives it."""
+        return self._macros(self._globals(self._template(sql, _format)))
+
+    def expand_promql(self, expr: str) -> str:
+        """A Prometheus panel query as Prometheus receives it."""
+        return self._template(expr, _format_promql)
 
     # ------------------------------------------------------------------ pass 1: frontend
 
-    def _template(self, sql: str) -> str:
+    def _template(self, sql: str, formatter: Callable[[Variable, str | None], str]) -> str:
         builtins = {
+            "__rate_interval": self.rate_interval,
             "__interval": interval_text(self.interval),
             "__interval_ms": str(self.interval),
             "__from": str(int(self.start.timestamp() * 1000)),
@@ -133,7 +141,7 @@ class GrafanaQuery:
             variable = self.variables.get(name)
             if variable is None:
                 return match.group(0)  # not a variable: left for the backend or as text
-            return _format(variable, fmt)
+            return formatter(variable, fmt)
 
         return _VARIABLE.sub(replace, sql)
 
@@ -203,3 +211,19 @@ def _format(variable: Variable, fmt: str | None) -> str:
     if fmt == "singlequote":
         return ",".join("'" + value.replace("'", "\\'") + "'" for value in values)
     raise ValueError(f"format {fmt!r} is not supported by this expander")
+
+
+def _format_promql(variable: Variable, fmt: str | None) -> str:
+    """The Prometheus data source's ``interpolateQueryExpr``: multi-value and include-all
+    variables become an escaped regular-expression alternation."""
+    if fmt is not None:
+        return _format(variable, fmt)
+    if not variable.multi and not variable.include_all:
+        value = variable.value if isinstance(variable.value, str) else ",".join(variable.value)
+        return value.replace("\\", "\\\\").replace("'", "\\\\'")
+    values = [variable.value] if isinstance(variable.value, str) else list(variable.value)
+    escaped = [
+        re.sub(r"[$^*{}\[\]'+?.()|]", lambda m: "\\\\" + m.group(0), v.replace("\\", "\\\\\\\\"))
+        for v in values
+    ]
+    return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"

@@ -23,6 +23,7 @@ from fastapi.testclient import TestClient
 
 from collector.pipeline import Pipeline
 from collector.sinks.store import StoreSink
+from dashboards.grafana_sql import GrafanaQuery, Variable
 from tests.api.conftest import Minter, bearer
 from tests.helpers import api_server, free_port
 from tuneloop.accounts import get_project_by_name
@@ -33,6 +34,7 @@ from tuneloop.storage.timeseries.types import SeriesBatch, SeriesKind
 from tuneloop.storage.timeseries.writer import SampleWriter
 from tuneloop.storage.types import utcnow
 
+ROOT = Path(__file__).resolve().parents[2]
 SCRAPE_JOB = "tuneloop-scrape"
 HOSTILE = "quote \" backslash \\ newline \n and '; DROP TABLE series; --"
 
@@ -229,6 +231,37 @@ def scraped_series(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], tup
     return found
 
 
+def prometheus_dashboard_answers(
+    url: str, now: datetime
+) -> dict[str, list[tuple[str, str, float]]]:
+    """Every query of the Prometheus Fleet dashboard, expanded as Grafana's Prometheus data
+    source expands it, run by Prometheus: (hostname, gpu, value) per panel."""
+    board = json.loads((ROOT / "dashboards/fleet-prometheus.json").read_text())
+    variables = {
+        "host": Variable(["gpu-node-1", "no.such|host"], multi=True, include_all=True),
+        "gpu": Variable(["0", "1"], multi=True, include_all=True),
+    }
+    grafana = GrafanaQuery(now - timedelta(hours=1), now, variables, max_data_points=200)
+    answers: dict[str, list[tuple[str, str, float]]] = {}
+    for panel in board["panels"]:
+        for target in panel["targets"]:
+            expr = grafana.expand_promql(target["expr"])
+            assert "$" not in expr, expr
+            answers.setdefault(panel["title"], []).extend(
+                (
+                    item["metric"].get("hostname", ""),
+                    item["metric"].get("gpu", ""),
+                    float(item["value"][1]),
+                )
+                for item in prom_query(url, expr)
+            )
+    for variable in board["templating"]["list"]:
+        if variable["type"] == "query":  # label_values(...): Grafana asks the series API
+            text = grafana.expand_promql(variable["definition"])
+            assert text.startswith("label_values(")
+    return answers
+
+
 def with_target_labels(
     labels: frozenset[tuple[str, str]], target: str
 ) -> frozenset[tuple[str, str]]:
@@ -269,6 +302,7 @@ def test_a_real_prometheus_scrapes_what_the_store_holds(
                 time.sleep(0.2)
             (up,) = prom_query(prometheus_url, f'scrape_samples_scraped{{job="{SCRAPE_JOB}"}}')
             scraped = scraped_series(prometheus_url)
+            panels = prometheus_dashboard_answers(prometheus_url, now)
 
     expected = {
         (name, with_target_labels(labels, target)): value
@@ -276,6 +310,11 @@ def test_a_real_prometheus_scrapes_what_the_store_holds(
     }
     assert float(up["value"][1]) == len(expected)
     assert scraped == expected
+    # The Prometheus flavour of the Fleet dashboard reads the scraped dcgm-exporter names.
+    assert sorted(panels["GPU utilization"]) == [
+        ("gpu-node-1", "0", 87.0),
+        ("gpu-node-1", "1", 3.5),
+    ]
     # ... and the same values the store answers through its own query layer.
     with session_scope(runtime.sessions) as session:
         vision = get_project_by_name(session, "vision")

@@ -18,6 +18,7 @@ DASHBOARDS = ROOT / "dashboards"
 PROVISIONING = DASHBOARDS / "provisioning"
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 POSTGRES_DS = {"type": "grafana-postgresql-datasource", "uid": "tuneloop-postgres"}
+PROMETHEUS_DS = {"type": "prometheus", "uid": "${datasource}"}
 
 _DATASOURCE_REF = {
     "type": "object",
@@ -26,14 +27,19 @@ _DATASOURCE_REF = {
 }
 _TARGET = {
     "type": "object",
-    "required": ["refId", "rawSql", "format", "rawQuery", "datasource"],
+    "required": ["refId", "datasource"],
     "properties": {
         "refId": {"type": "string", "pattern": "^[A-Z]$"},
         "rawSql": {"type": "string", "minLength": 1},
         "format": {"enum": ["time_series", "table"]},
         "rawQuery": {"const": True},
+        "expr": {"type": "string", "minLength": 1},
         "datasource": _DATASOURCE_REF,
     },
+    "oneOf": [
+        {"required": ["rawSql", "format", "rawQuery"]},
+        {"required": ["expr", "legendFormat"]},
+    ],
 }
 # The part of Grafana's dashboard model (schemaVersion 39) that provisioning relies on.
 DASHBOARD_SCHEMA: dict[str, Any] = {
@@ -60,7 +66,9 @@ DASHBOARD_SCHEMA: dict[str, Any] = {
                         "required": ["name", "type"],
                         "properties": {
                             "name": {"type": "string", "pattern": "^[a-z_]+$"},
-                            "type": {"enum": ["query", "custom", "constant", "interval"]},
+                            "type": {
+                                "enum": ["query", "custom", "constant", "interval", "datasource"]
+                            },
                             "multi": {"type": "boolean"},
                             "includeAll": {"type": "boolean"},
                         },
@@ -146,7 +154,14 @@ DASHBOARD_FILES = sorted(DASHBOARDS.glob("*.json"))
 
 
 def test_the_five_dashboards_exist() -> None:
-    assert {path.stem for path in DASHBOARD_FILES} == {"fleet", "job", "tuner", "alerts", "cost"}
+    assert {path.stem for path in DASHBOARD_FILES} == {
+        "fleet",
+        "fleet-prometheus",
+        "job",
+        "tuner",
+        "alerts",
+        "cost",
+    }
 
 
 @pytest.mark.parametrize("path", DASHBOARD_FILES, ids=lambda p: p.stem)
@@ -155,11 +170,13 @@ def test_dashboard_is_valid(path: Path) -> None:
     jsonschema.validate(dashboard, DASHBOARD_SCHEMA)
     ids = [panel["id"] for panel in dashboard["panels"]]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
+    expected = PROMETHEUS_DS if path.stem == "fleet-prometheus" else POSTGRES_DS
     for panel in dashboard["panels"]:
         assert panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24, panel["title"]
-        assert panel["datasource"] == POSTGRES_DS
+        assert panel["datasource"] == expected
         for target in panel["targets"]:
-            assert target["datasource"] == POSTGRES_DS
+            assert target["datasource"] == expected
+            assert ("expr" in target) == (expected is PROMETHEUS_DS)
     names = [variable["name"] for variable in dashboard["templating"]["list"]]
     assert len(names) == len(set(names))
 

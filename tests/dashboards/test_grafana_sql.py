@@ -68,3 +68,21 @@ def test_interval_as_grafana_computes_it() -> None:
 def test_unknown_macros_are_errors() -> None:
     with pytest.raises(ValueError, match="unknown macro"):
         expand("$__nope(x)")
+
+
+def test_prometheus_variables_become_escaped_alternations() -> None:
+    query = GrafanaQuery(
+        FROM,
+        TO,
+        {
+            "host": Variable(["gpu.node-1", "a|b"], multi=True, include_all=True),
+            "one": Variable(["x+y"], multi=True),
+            "job": Variable("it's"),
+        },
+    )
+    assert (
+        query.expand_promql('up{hostname=~"$host"}') == 'up{hostname=~"(gpu\\\\.node-1|a\\\\|b)"}'
+    )
+    assert query.expand_promql('up{h=~"$one"}') == 'up{h=~"x\\\\+y"}'
+    assert query.expand_promql("rate(x[$__rate_interval])") == "rate(x[1m])"
+    assert query.expand_promql('up{job="$job"}') == 'up{job="it\\\\\'s"}'

@@ -20,7 +20,12 @@ from tuneloop.storage import make_engine, migrate
 pytestmark = pytest.mark.postgres
 
 ROOT = Path(__file__).resolve().parents[2]
-BOARDS = {path.stem: json.loads(path.read_text()) for path in (ROOT / "dashboards").glob("*.json")}
+ALL_BOARDS = {
+    path.stem: json.loads(path.read_text()) for path in (ROOT / "dashboards").glob("*.json")
+}
+BOARDS = {name: board for name, board in ALL_BOARDS.items() if name != "fleet-prometheus"}
+"""The dashboards on the PostgreSQL data source (the Prometheus one is run in
+tests/api/test_exposition.py against a real Prometheus)."""
 HOSTS = ["gpu-node-1", "gpu-node-2", kd.HOSTILE]
 VARIABLES = {
     "project": Variable(kd.PROJECT),
