@@ -4,10 +4,11 @@ The JSON files are checked in (Grafana provisions them as they are); a test fail
 differ from what this module builds, so edit here and regenerate.
 
 Every panel reads the store through the PostgreSQL data source. Time series come from
-``tuneloop_partials`` (see migration 0005), which picks raw samples, ``samples_1m`` or
-``samples_1h`` by the panel's interval and range, so the panel SQL only groups partials with
-``$__timeGroupAlias``. Template variables reach SQL only as ``${var:sqlstring}``: each value is
-quoted and its quotes doubled, never pasted as raw text.
+``tuneloop_series`` (see migration 0005), which picks raw samples, ``samples_1m`` or
+``samples_1h`` by the panel's interval and range and aggregates each series per time bucket,
+so the panel SQL only selects, names and labels the time with ``$__timeGroupAlias``.
+Template variables reach SQL only as ``${var:sqlstring}``: each value is quoted and its quotes
+doubled, never pasted as raw text.
 """
 
 # Panel SQL is assembled from this module's own constants; Grafana fills in the variables.
@@ -33,9 +34,9 @@ Json = dict[str, Any]
 # --------------------------------------------------------------------------- SQL snippets
 
 
-def partials(metric: str) -> str:
+def series_of(metric: str) -> str:
     return (
-        f"tuneloop_partials(${{project:sqlstring}}, '{metric}', "
+        f"tuneloop_series(${{project:sqlstring}}, '{metric}', "
         "$__timeFrom(), $__timeTo(), $__interval_ms)"
     )
 
@@ -45,11 +46,21 @@ GPU_NAME = "(labels->>'hostname') || ' gpu ' || (labels->>'gpu')"
 JOB_FILTER = "labels->>'job' = ${job:sqlstring}"
 
 
-def gauge_sql(metric: str, name: str, where: str, value: str = "sum(sum) / sum(count)") -> str:
-    """One line per ``name``: ``value`` of the partials of ``metric`` per time group."""
+def gauge_sql(metric: str, name: str, where: str, value: str = "avg") -> str:
+    """One line per series of ``metric``: its ``value`` (avg, min, max) per time bucket."""
     return (
         f"SELECT $__timeGroupAlias(bucket, $__interval), {name} AS metric, {value} AS value\n"
-        f"FROM {partials(metric)}\n"
+        f"FROM {series_of(metric)}\n"
+        f"WHERE {where}\n"
+        "ORDER BY bucket, series_id"
+    )
+
+
+def grouped_sql(metric: str, name: str, where: str, value: str) -> str:
+    """One line per ``name``, aggregating the series that share it (ranks of a job)."""
+    return (
+        f"SELECT $__timeGroupAlias(bucket, $__interval), {name} AS metric, {value} AS value\n"
+        f"FROM {series_of(metric)}\n"
         f"WHERE {where}\n"
         "GROUP BY 1, 2\n"
         "ORDER BY 1, 2"
@@ -65,10 +76,9 @@ def counter_rate_sql(metric: str, name: str, where: str) -> str:
         "  SELECT time, metric, total,\n"
         "         lag(total) OVER w AS previous, lag(time) OVER w AS previous_time\n"
         "  FROM (\n"
-        f"    SELECT $__timeGroupAlias(bucket, $__interval), {name} AS metric, max(last) AS total\n"
-        f"    FROM {partials(metric)}\n"
+        f"    SELECT $__timeGroupAlias(bucket, $__interval), {name} AS metric, max AS total\n"
+        f"    FROM {series_of(metric)}\n"
         f"    WHERE {where}\n"
-        "    GROUP BY 1, 2\n"
         "  ) AS grouped\n"
         "  WINDOW w AS (PARTITION BY metric ORDER BY time)\n"
         ") AS paired\n"
@@ -273,25 +283,25 @@ def fleet() -> Board:
     board.add(
         "timeseries",
         "GPU temperature (max)",
-        gauge_sql("DCGM_FI_DEV_GPU_TEMP", GPU_NAME, GPU_FILTER, "max(max)"),
+        gauge_sql("DCGM_FI_DEV_GPU_TEMP", GPU_NAME, GPU_FILTER, "max"),
         **timeseries("celsius"),
     )
     board.add(
         "timeseries",
         "SM clock (min; a drop under load is throttling)",
-        gauge_sql("DCGM_FI_DEV_SM_CLOCK", GPU_NAME, GPU_FILTER, "min(min)"),
+        gauge_sql("DCGM_FI_DEV_SM_CLOCK", GPU_NAME, GPU_FILTER, "min"),
         **timeseries("rotmhz"),
     )
     board.add(
         "timeseries",
         "Clock event reasons (bitmask, max)",
-        gauge_sql("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", GPU_NAME, GPU_FILTER, "max(max)"),
+        gauge_sql("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", GPU_NAME, GPU_FILTER, "max"),
         **timeseries("none"),
     )
     board.add(
         "timeseries",
         "Last XID error code",
-        gauge_sql("DCGM_FI_DEV_XID_ERRORS", GPU_NAME, GPU_FILTER, "max(max)"),
+        gauge_sql("DCGM_FI_DEV_XID_ERRORS", GPU_NAME, GPU_FILTER, "max"),
         **timeseries("none"),
     )
     board.add(
@@ -301,10 +311,10 @@ def fleet() -> Board:
             "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
             GPU_NAME + " || ' remapped'",
             GPU_FILTER,
-            "max(max)",
+            "max",
         ),
         gauge_sql(
-            "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", GPU_NAME + " || ' replays'", GPU_FILTER, "max(max)"
+            "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", GPU_NAME + " || ' replays'", GPU_FILTER, "max"
         ),
         **timeseries("none"),
     )
@@ -491,22 +501,15 @@ def job() -> Board:
     board.add(
         "timeseries",
         "Step phases (mean over ranks)",
-        gauge_sql("tuneloop_step_phase_seconds", "labels->>'phase'", JOB_FILTER),
+        grouped_sql(
+            "tuneloop_step_phase_seconds", "labels->>'phase'", JOB_FILTER, "sum(sum) / sum(count)"
+        ),
         **timeseries("s"),
     )
     board.add(
         "timeseries",
         "Samples per second (all ranks)",
-        "SELECT time, 'samples/s' AS metric, sum(value) AS value\n"
-        "FROM (\n"
-        "  SELECT $__timeGroupAlias(bucket, $__interval), labels->>'rank' AS rank,\n"
-        "         sum(sum) / sum(count) AS value\n"
-        f"  FROM {partials('tuneloop_samples_per_second')}\n"
-        f"  WHERE {JOB_FILTER}\n"
-        "  GROUP BY 1, 2\n"
-        ") AS per_rank\n"
-        "GROUP BY 1, 2\n"
-        "ORDER BY 1, 2",
+        grouped_sql("tuneloop_samples_per_second", "'samples/s'", JOB_FILTER, "sum(avg)"),
         **timeseries("none"),
     )
     board.add(
