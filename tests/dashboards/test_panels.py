@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine, inspect, text
+from sqlalchemy.exc import DBAPIError
 
 from dashboards.grafana_sql import GrafanaQuery, Variable
 from tests.conftest import reset_postgres
@@ -320,6 +321,13 @@ def test_hostile_label_values_are_values_not_sql(store: Engine) -> None:
                     for target in panel_json["targets"]:
                         run(store, target["rawSql"], **{name: Variable(hostile)})
         run(store, sql, host=Variable([hostile, "gpu-node-1"], multi=True))
+    # Grafana expands macros after variables, inside quoted values too. The macros that emit
+    # quotes emit them in pairs around a timestamp, so what follows stays inside a literal:
+    # such a value can break the query, never extend it.
+    for hostile in ("$__timeFilter(x) OR true; DROP TABLE series; --", "$__timeFrom() OR true --"):
+        for panel_json in BOARDS["fleet"]["panels"]:
+            with pytest.raises(DBAPIError):
+                run(store, panel_json["targets"][0]["rawSql"], project=Variable(hostile))
     with store.connect() as connection:
         assert {"series", "projects", "samples"} <= set(inspect(connection).get_table_names())
         assert connection.execute(text("SELECT count(*) FROM series")).scalar_one() > 0
