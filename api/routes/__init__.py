@@ -8,7 +8,19 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.routes import alerts, health, jobs, metrics, otlp, projects, series, studies, tokens
+from api.routes import (
+    alerts,
+    cost,
+    exposition,
+    health,
+    jobs,
+    metrics,
+    otlp,
+    projects,
+    series,
+    studies,
+    tokens,
+)
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -18,6 +30,8 @@ ROUTERS: tuple[APIRouter, ...] = (
     jobs.router,
     studies.router,
     series.router,
+    cost.router,
+    exposition.router,
     otlp.router,
     alerts.router,
 )

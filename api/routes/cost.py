@@ -1,0 +1,62 @@
+"""GPU cost of a project over a period, per job, team or GPU::
+
+    curl -G -H "Authorization: Bearer $TOKEN" localhost:8000/api/v1/projects/vision/cost \\
+        --data-urlencode start=2026-11-01T00:00:00Z --data-urlencode end=2026-12-01T00:00:00Z \\
+        --data-urlencode by=team
+    {"by": "team", "groups": [{"key": "nlp", "gpus": 16, "gpu_hours": 11520.0,
+     "idle_gpu_hours": 310.5, "energy_kwh": 5210.3}, ...], "total": {...}, ...}
+
+GPU time, idle time and energy are defined in :mod:`tuneloop.cost`. Every role of the project
+may read.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from api.deps import API_PREFIX, AUTH_ERRORS, ProjectDep, SessionDep
+from api.query_params import parse_time
+from api.routes.series import TIME_DOC, _parsed
+from api.schemas import ErrorBody
+from api.schemas_cost import CostFigures, CostReport
+from tuneloop import cost
+from tuneloop.accounts import InvalidInput
+
+router = APIRouter(
+    prefix=f"{API_PREFIX}/projects/{{project}}",
+    tags=["cost"],
+    responses={**AUTH_ERRORS, 422: {"model": ErrorBody, "description": "A malformed parameter"}},
+)
+
+MAX_PERIOD = timedelta(days=400)
+"""The longest period the 1-minute rollups are kept by default."""
+
+
+@router.get("/cost", summary="GPU-hours, idle GPU-hours and energy over a period")
+def project_cost(
+    project: ProjectDep,
+    session: SessionDep,
+    start: Annotated[str, Query(description=TIME_DOC, examples=["2026-11-01T00:00:00Z"])],
+    end: Annotated[str, Query(description=TIME_DOC, examples=["2026-12-01T00:00:00Z"])],
+    by: Annotated[cost.GroupBy, Query(description="Group the GPUs by")] = cost.GroupBy.TEAM,
+    idle_below: Annotated[
+        float, Query(ge=0, le=100, description="A minute is idle below this utilization, %")
+    ] = cost.DEFAULT_IDLE_BELOW,
+) -> CostReport:
+    begin, finish = _parsed(parse_time, start, "start"), _parsed(parse_time, end, "end")
+    if finish <= begin:
+        raise InvalidInput("end must be after start")
+    if finish - begin > MAX_PERIOD:
+        raise InvalidInput(f"the period may span at most {MAX_PERIOD.days} days")
+    usages = cost.gpu_usage(session.connection(), project.id, begin, finish, idle_below=idle_below)
+    return CostReport(
+        start=begin,
+        end=finish,
+        by=by,
+        idle_below_percent=idle_below,
+        groups=[CostFigures.of(group) for group in cost.summarize(usages, by)],
+        total=CostFigures.of(cost.total(usages)),
+    )
