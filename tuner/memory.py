@@ -23,7 +23,15 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Any, Final
 
-from tuner.space import BATCH_SIZE, BUCKET_MB, SYNC_PERIOD, IntParam, ParamValue, SearchSpace
+from tuner.space import (
+    BATCH_SIZE,
+    BUCKET_MB,
+    SYNC_PERIOD,
+    IntParam,
+    Param,
+    ParamValue,
+    SearchSpace,
+)
 from tuner.strategies.base import REASON_OOM, Observation
 
 DEFAULT_HEADROOM: Final = 0.1
@@ -203,8 +211,7 @@ def predicted_oom_observations(
         return ()
     free = (SYNC_PERIOD, BUCKET_MB)
     held = [p for p in space.params if p.name != BATCH_SIZE and p.name not in free]
-    combos = math.prod(len(p.values(None)) for p in held) if held else 1
-    if combos > MAX_PREDICTED_OOMS:
+    if combinations(space) > MAX_PREDICTED_OOMS:
         return ()
     # Parameters the rule ignores take their first value: any value would do.
     base: dict[str, ParamValue] = {
@@ -227,6 +234,19 @@ def predicted_oom_observations(
             )
         )
     return tuple(result)
+
+
+def combinations(space: SearchSpace) -> int:
+    """How many predicted-OOM observations the bound needs in ``space``: the number of value
+    combinations of the parameters the OOM rule holds fixed."""
+    free = (BATCH_SIZE, SYNC_PERIOD, BUCKET_MB)
+    return math.prod(_size(p) for p in space.params if p.name not in free)
+
+
+def _size(param: Param) -> int:
+    if isinstance(param, IntParam) and not param.powers_of_two:
+        return param.high - param.low + 1  # without building every value
+    return len(param.values(None))
 
 
 def _round(value: float | None) -> float | None:

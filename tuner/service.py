@@ -37,7 +37,14 @@ from tuneloop.accounts import record_audit
 from tuneloop.storage.models import Job, Study, Trial
 from tuneloop.storage.types import utcnow
 from tuner import readings
-from tuner.memory import MemoryBound, MemoryPoint, memory_bound, predicted_oom_observations
+from tuner.memory import (
+    MAX_PREDICTED_OOMS,
+    MemoryBound,
+    MemoryPoint,
+    combinations,
+    memory_bound,
+    predicted_oom_observations,
+)
 from tuner.objectives import check_direction, get_objective
 from tuner.space import BATCH_SIZE, ParamValue, SearchSpace
 from tuner.strategies.base import (
@@ -428,20 +435,26 @@ def ask(
             "config": params,
             "context": dict(context or {}),
             "priors": len(priors),
-            **_memory_details(bound, predicted),
+            **_memory_details(space, bound, predicted),
         },
     )
     session.flush()
     return trial
 
 
-def _memory_details(bound: MemoryBound | None, predicted: Sequence[Observation]) -> dict[str, Any]:
+def _memory_details(
+    space: SearchSpace, bound: MemoryBound | None, predicted: Sequence[Observation]
+) -> dict[str, Any]:
     """The memory bound as the ask's audit entry records it: the model, the figures and the
     trials behind it, and the batch from which on proposals were excluded."""
     if bound is None:
         return {}
     details = bound.to_dict()
     details["excluded_from"] = int(predicted[0].config[BATCH_SIZE]) if predicted else None
+    if bound.max_batch is not None and not predicted and combinations(space) > MAX_PREDICTED_OOMS:
+        details["why"] += (
+            f"; not applied: more than {MAX_PREDICTED_OOMS} combinations of the other parameters"
+        )
     return {"memory_bound": details}
 
 

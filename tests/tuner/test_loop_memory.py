@@ -20,6 +20,7 @@ from tuner import service
 from tuner.loop import reconcile_study
 from tuner.measurement import MeasurementPolicy
 from tuner.space import SearchSpace
+from tuner.strategies.base import SpaceExhausted
 from tuner.study_options import MemoryPolicy, StudyOptions
 
 SPACE = SearchSpace.training((8, 512), (1, 2), sync_powers_of_two=True, lr_scaling=None)
@@ -198,3 +199,41 @@ def test_switched_off_the_loop_tries_what_the_headroom_would_exclude(engine: Eng
         study = session.get(Study, job.study_id)
         assert study is not None
         assert service.study_memory_bound(study, trials) is None
+
+
+def test_an_agent_driven_study_is_bounded_by_the_readings_its_agent_tells(engine: Engine) -> None:
+    with session_scope(session_factory(engine)) as session:
+        job = jobsim.make_job(session)
+        study = service.create_study(
+            session,
+            job,
+            name="agent",
+            objective="throughput",
+            space=SPACE,
+            strategy="grid",
+            options=StudyOptions(driven_by="agent", memory=MemoryPolicy(headroom=0.1)),
+        )
+        for batch in (8, 32):
+            trial = service.ask(session, study)
+            trial.params = {"batch_size": batch, "sync_period": 1}
+            reading = {"peak_mib": peak_mib(batch), "capacity_mib": TOTAL_MIB}
+            service.tell(
+                session,
+                study,
+                trial.number,
+                state="complete",
+                value=float(batch),
+                measurements={service.GPU_MEMORY_KEY: reading},
+            )
+        # 8..64 x sync 1, 2 fit; two of them ran.
+        proposed = [service.ask(session, study).params["batch_size"] for _ in range(6)]
+        with pytest.raises(SpaceExhausted, match=r"memory bound: batch_size <= 124"):
+            service.ask(session, study)
+        entries = session.scalars(
+            select(AuditEntry)
+            .where(AuditEntry.action == "trial.ask")
+            .order_by(AuditEntry.id.desc())
+            .limit(1)
+        ).all()
+        assert max(proposed) <= BOUND, proposed
+        assert entries[0].details["memory_bound"]["max_batch"] == BOUND

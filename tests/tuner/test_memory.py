@@ -8,14 +8,16 @@ import re
 import pytest
 
 from tuner.memory import (
+    MAX_PREDICTED_OOMS,
     MemoryModelError,
     MemoryPoint,
+    combinations,
     first_excluded_batch,
     fit_memory_model,
     memory_bound,
     predicted_oom_observations,
 )
-from tuner.space import CategoricalParam, IntParam, SearchSpace
+from tuner.space import CategoricalParam, IntParam, Param, SearchSpace
 from tuner.strategies.base import Observation, oom_rule
 from tuner.strategies.registry import make_strategy
 
@@ -172,3 +174,19 @@ def test_strategies_never_propose_past_the_bound(name: str) -> None:
         assert isinstance(config["batch_size"], int) and config["batch_size"] <= 64, config
         value = float(config["batch_size"]) * (1 + 0.1 * float(config["sync_period"]))
         history.append(Observation(number, config, "complete", value=value))
+
+
+@pytest.mark.parametrize(
+    ("extra", "count"),
+    [
+        ((), 1),
+        ((CategoricalParam("precision", ("bf16", "fp32")),), 2),
+        ((IntParam("layers_checkpointed", 0, 9), CategoricalParam("z", (1, 2, 3))), 30),
+        ((IntParam("wide", 1, 10**9),), 10**9),
+    ],
+)
+def test_combinations_of_the_held_parameters(extra: tuple[Param, ...], count: int) -> None:
+    space = SearchSpace((POWERS, IntParam("sync_period", 1, 8), *extra), lr_scaling=None)
+    assert combinations(space) == count
+    predicted = predicted_oom_observations(space, 64, first_number=-1)
+    assert len(predicted) == (count if count <= MAX_PREDICTED_OOMS else 0)
