@@ -48,6 +48,7 @@ from tuner.memory import (
 from tuner.objectives import check_direction, get_objective
 from tuner.space import BATCH_SIZE, ParamValue, SearchSpace
 from tuner.strategies.base import (
+    REASON_OOM,
     TRIAL_STATES,
     BaseStrategy,
     Observation,
@@ -329,7 +330,8 @@ def memory_points(trials: Sequence[Trial]) -> list[MemoryPoint]:
         extra = trial.measurements or {}
         reading = (extra.get("data") or {}).get(GPU_MEMORY_KEY)
         batch = trial.params.get(BATCH_SIZE)
-        if trial.state == "running" or not isinstance(reading, Mapping):
+        out_of_memory = extra.get("reason") == REASON_OOM
+        if trial.state == "running" or out_of_memory or not isinstance(reading, Mapping):
             continue
         peak, capacity = reading.get("peak_mib"), reading.get("capacity_mib")
         if not isinstance(batch, int) or not _number(peak) or not _number(capacity):

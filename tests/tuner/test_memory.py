@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from tuneloop.storage.models import Trial
 from tuner.memory import (
     MAX_PREDICTED_OOMS,
     MemoryModelError,
@@ -17,6 +18,7 @@ from tuner.memory import (
     memory_bound,
     predicted_oom_observations,
 )
+from tuner.service import memory_points
 from tuner.space import CategoricalParam, IntParam, Param, SearchSpace
 from tuner.strategies.base import Observation, oom_rule
 from tuner.strategies.registry import make_strategy
@@ -190,3 +192,37 @@ def test_combinations_of_the_held_parameters(extra: tuple[Param, ...], count: in
     assert combinations(space) == count
     predicted = predicted_oom_observations(space, 64, first_number=-1)
     assert len(predicted) == (count if count <= MAX_PREDICTED_OOMS else 0)
+
+
+def trial(number: int, state: str, batch: object, reading: object, reason: str = "") -> Trial:
+    data = {} if reading is None else {"gpu_memory": reading}
+    return Trial(
+        number=number,
+        state=state,
+        params={"batch_size": batch, "sync_period": 1, "learning_rate": 0.1},
+        measurements={"context": {}, "stderr": None, "reason": reason, "data": data},
+    )
+
+
+GOOD = {"peak_mib": 12000.0, "capacity_mib": H100, "gpus": []}
+
+
+@pytest.mark.parametrize(
+    ("row", "used"),
+    [
+        (trial(1, "complete", 16, GOOD), True),
+        (trial(2, "failed", 16, GOOD, "gave up after 2 extensions"), True),  # it ran
+        (trial(3, "running", 16, GOOD), False),
+        (trial(4, "infeasible", 16, GOOD, "oom"), False),  # the OOM rule covers it
+        (trial(5, "complete", 16, None), False),  # no GPU series
+        (trial(6, "complete", 16, {"peak_mib": None, "capacity_mib": H100}), False),
+        (trial(7, "complete", 16, {"peak_mib": 1.0, "capacity_mib": 0}), False),
+        (trial(8, "complete", "16", GOOD), False),
+        (trial(9, "complete", 16, "12000"), False),
+    ],
+)
+def test_which_trials_the_model_is_fitted_on(row: Trial, used: bool) -> None:
+    points = memory_points([row])
+    assert bool(points) == used
+    if used:
+        assert points == [MemoryPoint(row.number, 16, 12000.0, H100)]
