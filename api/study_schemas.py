@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tuneloop.storage.models import Study, Trial
+from tuner.memory import DEFAULT_HEADROOM
 from tuner.service import SEED_KEY
 from tuner.study_options import DEFAULT_ACK_TIMEOUT_S
 
@@ -30,6 +31,24 @@ class SpaceIn(BaseModel):
     base_lr: float | None = Field(default=None, description="Learning rate at base_batch")
     base_batch: int | None = Field(default=None, description="Global batch of base_lr (M0)")
     sync_mode: Literal["accumulate", "local_sgd"] = "accumulate"
+
+
+class MemoryIn(BaseModel):
+    """The GPU memory bound on the batch size (docs/tuner.md, "Memory headroom")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(
+        default=True,
+        description="Fit peak framebuffer use = fixed + per-sample x batch over the trials and "
+        "stop proposing batch sizes predicted not to leave the headroom free",
+    )
+    headroom: float = Field(
+        default=DEFAULT_HEADROOM,
+        ge=0,
+        lt=1,
+        description="Fraction of the GPU framebuffer (used + free) a proposal must leave free",
+    )
 
 
 class StudyCreate(BaseModel):
@@ -55,6 +74,7 @@ class StudyCreate(BaseModel):
     driven_by: Literal["tuner", "agent"] = "tuner"
     max_trials: int | None = Field(default=None, ge=1)
     ack_timeout_s: float = Field(default=DEFAULT_ACK_TIMEOUT_S, gt=0)
+    memory: MemoryIn = Field(default_factory=MemoryIn)
     warm_start: bool = Field(
         default=True, description="Start from earlier studies of jobs with the same signature"
     )

@@ -6,7 +6,9 @@
 - ``measurement``: turning a window of step samples into a trusted trial value, or a reason to
   wait, extend or fail;
 - ``strategies``: Bayesian optimization, an adaptive bandit, random and grid search behind one
-  stateless ``ask(history)`` interface.
+  stateless ``ask(history)`` interface;
+- ``memory``: the GPU memory model (peak = fixed + per-sample x batch) and the batch bound it
+  gives, passed to a strategy as predicted out-of-memory observations.
 
 The I/O side is in modules this package does not import: ``service`` (studies and trials in
 the store), ``readings`` (measurements from the time-series store), ``loop`` (one reconcile
@@ -21,6 +23,14 @@ from tuner.measurement import (
     WindowStats,
     judge_window,
     window_stats,
+)
+from tuner.memory import (
+    MemoryBound,
+    MemoryModel,
+    MemoryPoint,
+    fit_memory_model,
+    memory_bound,
+    predicted_oom_observations,
 )
 from tuner.objectives import (
     OBJECTIVES,
@@ -78,6 +88,9 @@ __all__ = [
     "IntParam",
     "MeasurementError",
     "MeasurementPolicy",
+    "MemoryBound",
+    "MemoryModel",
+    "MemoryPoint",
     "Objective",
     "ObjectiveError",
     "Observation",
@@ -92,11 +105,14 @@ __all__ = [
     "WindowStats",
     "best_observation",
     "default_objective",
+    "fit_memory_model",
     "get_objective",
     "goodput",
     "judge_window",
     "make_strategy",
     "max_batch_for_memory",
+    "memory_bound",
+    "predicted_oom_observations",
     "slo_throughput",
     "statistical_efficiency",
     "strategy_names",

@@ -18,6 +18,8 @@ one repeats nothing and loses nothing:
    the trial's step-timing samples are judged (``judge_window``): ``extend`` lengthens the
    window, ``fail`` fails the trial with its reason, ``accept`` scores the objective; an input
    that is missing (no noise scale, no latency data) extends too, and never becomes a value;
+   the window's framebuffer reading of the job's GPUs is stored with the trial (the memory
+   bound of later asks is fitted on it, see ``tuner.memory``);
 5. ``max_trials`` finished: the best configuration is written as the desired config and the
    study is ``complete``.
 
@@ -338,6 +340,11 @@ def _measure(
     inputs = _objective_inputs(session, study, job, trial, options, verdict, warm, now)
     evaluation = get_objective(study.objective).evaluate(inputs)
     measured = {"window": window, "stats": _stats(verdict.stats), "inputs": inputs}
+    # The framebuffer the configuration needed: what the memory bound is fitted on.
+    memory = readings.gpu_memory(
+        bind, job.project_id, job.name, readings.job_gpu_uuids(job.labels), start=warm, end=now
+    )
+    measured[service.GPU_MEMORY_KEY] = memory.to_dict() if memory is not None else None
     if evaluation.status == "missing":
         if trial.extensions >= policy.max_extensions:
             return _tell(

@@ -9,6 +9,9 @@ Series (docs/step-timing.md; each labelled ``job`` and ``rank``):
   (gauge; the goodput objective's statistical efficiency).
 - ``tuneloop_request_duration_seconds``: a latency histogram (``_bucket{le}`` counters) of an
   inference service, for the P99 of ``slo_throughput``.
+- ``DCGM_FI_DEV_FB_USED`` / ``DCGM_FI_DEV_FB_FREE`` (MiB, dcgm-exporter's names, from the
+  collector's DCGM/NVML sources or a scraped dcgm-exporter): the framebuffer of the job's GPUs,
+  for the memory bound (:func:`gpu_memory`, which says which GPUs are the job's).
 
 Reads go through the query layer (``query_range`` with per-second buckets, ``latest``,
 ``histogram_quantile``); nothing here decides anything.
@@ -18,15 +21,16 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 from sqlalchemy import Connection, Engine
 
 from tuneloop.storage.timeseries.functions import histogram_quantile
 from tuneloop.storage.timeseries.query import TooManySeries, find_series, query_range
-from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp
+from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp, RangeSeries
 from tuner.measurement import Sample
 
 Bind = Engine | Connection
@@ -36,6 +40,14 @@ STEP_TIME_METRIC: Final = "tuneloop_step_duration_seconds"
 NOISE_SCALE_METRIC: Final = "tuneloop_gradient_noise_scale"
 LATENCY_HISTOGRAM: Final = "tuneloop_request_duration_seconds"
 RANK_LABEL: Final = "rank"
+FB_USED_METRIC: Final = "DCGM_FI_DEV_FB_USED"
+FB_FREE_METRIC: Final = "DCGM_FI_DEV_FB_FREE"
+JOB_LABEL: Final = "job"
+UUID_LABEL: Final = "UUID"
+"""dcgm-exporter's GPU UUID label (``collector/sources/gpu_labels.py``)."""
+GPU_UUIDS_JOB_LABEL: Final = "gpu_uuids"
+"""Job label (``Job.labels``) in which a job's agent registers its GPUs' UUIDs,
+comma-separated."""
 _ONE_SECOND: Final = timedelta(seconds=1)
 MAX_POINTS: Final = 2_000
 """Buckets per window at most: enough for batch means, few enough to read every tick."""
@@ -139,3 +151,108 @@ def latency_quantile(
 
 def _finite_last_points(groups_points: Sequence[Sequence[tuple[datetime, float]]]) -> list[float]:
     return [points[-1][1] for points in groups_points if points and math.isfinite(points[-1][1])]
+
+
+# --------------------------------------------------------------------------- GPU memory
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMemory:
+    """Framebuffer use of a job's GPUs over a window. ``peak_mib``: the highest
+    ``DCGM_FI_DEV_FB_USED`` of any of them; ``capacity_mib``: the smallest used + free among
+    them (the most loaded and the smallest device bound the batch); ``gpus``: the figures of
+    each (its identifying labels, ``peak_mib``, ``capacity_mib``)."""
+
+    peak_mib: float
+    capacity_mib: float
+    gpus: tuple[dict[str, Any], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "peak_mib": self.peak_mib,
+            "capacity_mib": self.capacity_mib,
+            "gpus": [dict(g) for g in self.gpus],
+        }
+
+
+def job_gpu_uuids(labels: dict[str, Any] | None) -> tuple[str, ...]:
+    """The GPU UUIDs a job's agent registered in its :data:`GPU_UUIDS_JOB_LABEL` label."""
+    raw = str((labels or {}).get(GPU_UUIDS_JOB_LABEL) or "")
+    return tuple(dict.fromkeys(u.strip() for u in raw.split(",") if u.strip()))
+
+
+def gpu_memory(
+    bind: Bind,
+    project_id: int,
+    job_name: str,
+    gpu_uuids: Iterable[str] = (),
+    *,
+    start: datetime,
+    end: datetime,
+) -> GpuMemory | None:
+    """Framebuffer use in ``[start, end)`` of the job's GPUs, or ``None`` when none reported.
+
+    The job's GPUs are those whose framebuffer series carry the job's label
+    (``job="<name>"``, the label its step timings carry, put on GPU series by relabel rules or
+    the exporter's pod mapping), plus those whose ``UUID`` label is one of ``gpu_uuids`` (the
+    job's :data:`GPU_UUIDS_JOB_LABEL`). Each series' raw samples are read (the peak is a
+    maximum: rollups would not change it, and windows are minutes long)."""
+    if end <= start:
+        return None
+    selectors = [[Matcher(JOB_LABEL, MatchOp.EQ, job_name)]]
+    selectors += [[Matcher(UUID_LABEL, MatchOp.EQ, uuid)] for uuid in gpu_uuids]
+    peak: dict[frozenset[tuple[str, str]], float] = {}
+    used: dict[frozenset[tuple[str, str]], dict[datetime, float]] = {}
+    free: dict[frozenset[tuple[str, str]], dict[datetime, float]] = {}
+    step_s = max(1, math.ceil((end - start).total_seconds()))
+
+    def read(metric: str, aggregation: Aggregation) -> list[RangeSeries]:
+        found: dict[int, RangeSeries] = {}
+        for matchers in selectors:
+            for series in query_range(
+                bind,
+                project_id,
+                metric,
+                matchers,
+                start=start,
+                end=end,
+                step_s=step_s,
+                aggregation=aggregation,
+                use_rollups=False,
+            ):
+                found[series.series.id] = series  # a GPU matched by both rules counts once
+        return list(found.values())
+
+    for series in read(FB_USED_METRIC, Aggregation.MAX):
+        values = [v for _, v in series.points if math.isfinite(v)]
+        if values:
+            peak[_device(series)] = max(values)
+    for target, metric in ((used, FB_USED_METRIC), (free, FB_FREE_METRIC)):
+        for series in read(metric, Aggregation.AVG):
+            target[_device(series)] = {t: v for t, v in series.points if math.isfinite(v)}
+    gpus: list[dict[str, Any]] = []
+    for device, top in sorted(peak.items(), key=lambda item: sorted(item[0])):
+        # used + free is the device's framebuffer (less what the driver reserves), bucket by
+        # bucket: both gauges come from the same collection.
+        both = used.get(device, {}).keys() & free.get(device, {}).keys()
+        if not both:
+            continue
+        capacity = min(used[device][t] + free[device][t] for t in both)
+        gpus.append({**dict(sorted(device)), "peak_mib": top, "capacity_mib": capacity})
+    if not gpus:
+        return None
+    return GpuMemory(
+        peak_mib=max(g["peak_mib"] for g in gpus),
+        capacity_mib=min(g["capacity_mib"] for g in gpus),
+        gpus=tuple(gpus),
+    )
+
+
+_IDENTITY_LABELS: Final = ("hostname", UUID_LABEL, "gpu", "GPU_I_ID")
+
+
+def _device(series: RangeSeries) -> frozenset[tuple[str, str]]:
+    """A GPU (or MIG instance) by the labels that identify it, so that its used and free
+    series pair up whatever else (the job label, attributes) they carry."""
+    labels = series.series.labels
+    return frozenset((k, labels[k]) for k in _IDENTITY_LABELS if k in labels)

@@ -37,12 +37,22 @@ from tuneloop.accounts import record_audit
 from tuneloop.storage.models import Job, Study, Trial
 from tuneloop.storage.types import utcnow
 from tuner import readings
+from tuner.memory import (
+    MAX_PREDICTED_OOMS,
+    MemoryBound,
+    MemoryPoint,
+    combinations,
+    memory_bound,
+    predicted_oom_observations,
+)
 from tuner.objectives import check_direction, get_objective
-from tuner.space import ParamValue, SearchSpace
+from tuner.space import BATCH_SIZE, ParamValue, SearchSpace
 from tuner.strategies.base import (
+    REASON_OOM,
     TRIAL_STATES,
     BaseStrategy,
     Observation,
+    SpaceExhausted,
     TrialState,
     warm_start,
 )
@@ -59,6 +69,9 @@ SEED_KEY = "strategy_seed"
 
 ACTOR = "tuner"
 _ASK_RETRIES = 5
+GPU_MEMORY_KEY = "gpu_memory"
+"""Key of ``Trial.measurements["data"]`` holding the trial's framebuffer reading
+(``readings.GpuMemory.to_dict()``), which the memory bound is fitted on."""
 
 
 class StudyError(ValueError):
@@ -308,6 +321,40 @@ def history(session: Session, study: Study) -> list[Observation]:
     return [_observation(t, space) for t in _trials(session, study)]
 
 
+def memory_points(trials: Sequence[Trial]) -> list[MemoryPoint]:
+    """The framebuffer readings the loop stored with finished trials (key
+    :data:`GPU_MEMORY_KEY`), each with its trial's per-device batch size. Trials that ran out
+    of memory or have no reading are left out (the OOM rule covers the former)."""
+    points: list[MemoryPoint] = []
+    for trial in trials:
+        extra = trial.measurements or {}
+        reading = (extra.get("data") or {}).get(GPU_MEMORY_KEY)
+        batch = trial.params.get(BATCH_SIZE)
+        out_of_memory = extra.get("reason") == REASON_OOM
+        if trial.state == "running" or out_of_memory or not isinstance(reading, Mapping):
+            continue
+        peak, capacity = reading.get("peak_mib"), reading.get("capacity_mib")
+        if not isinstance(batch, int) or not _number(peak) or not _number(capacity):
+            continue
+        assert isinstance(peak, int | float) and isinstance(capacity, int | float)
+        if capacity > 0 and peak >= 0 and batch >= 1:
+            points.append(MemoryPoint(trial.number, batch, float(peak), float(capacity)))
+    return points
+
+
+def study_memory_bound(study: Study, trials: Sequence[Trial]) -> MemoryBound | None:
+    """The study's memory bound from its trials (``None`` when it is switched off or the space
+    has no batch size)."""
+    policy = study_options(study).memory
+    if not policy.enabled or BATCH_SIZE not in study_space(study):
+        return None
+    return memory_bound(memory_points(trials), policy.headroom)
+
+
+def _number(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
 def ask(
     session: Session,
     study: Study,
@@ -321,7 +368,10 @@ def ask(
     ``ranks``: the job's data-parallel ranks (default: the study's ``ranks`` option); with
     it, and a space with a learning-rate rule, the stored params carry the matching
     ``learning_rate``. The trials of the study's warm-start studies are prepended to its
-    history as priors. Raises ``SpaceExhausted`` when
+    history as priors. With the memory bound on (``StudyOptions.memory``), batch sizes the
+    study's memory model predicts not to fit reach the strategy as predicted out-of-memory
+    observations (:func:`tuner.memory.predicted_oom_observations`), and the audit entry
+    records the bound with its figures. Raises ``SpaceExhausted`` when
     nothing is left to propose. Two concurrent asks get different numbers and each sees the
     other's trial: :func:`lock_study` serialises them, and a clash on unique
     (study_id, number) is still retried with fresh history.
@@ -337,8 +387,23 @@ def ask(
     priors = prior_observations(session, study)
     for attempt in range(_ASK_RETRIES):
         lock_study(session, study)
-        past = history(session, study)
-        config = strategy.ask([*priors, *past], context)
+        rows = _trials(session, study)
+        past = [_observation(t, space) for t in rows]
+        bound = study_memory_bound(study, rows)
+        predicted: tuple[Observation, ...] = ()
+        if bound is not None and bound.max_batch is not None:
+            # Numbered below the priors (-len(priors) .. -1) so that numbers never clash.
+            predicted = predicted_oom_observations(
+                space, bound.max_batch, first_number=-len(priors) - 1
+            )
+        try:
+            config = strategy.ask([*predicted, *priors, *past], context)
+        except SpaceExhausted as exc:
+            if predicted and bound is not None:
+                raise SpaceExhausted(
+                    f"{exc} (memory bound: {BATCH_SIZE} <= {bound.max_batch}, {bound.why})"
+                ) from None
+            raise
         params: dict[str, ParamValue] = (
             space.desired(config, ranks=ranks) if ranks is not None else dict(config)
         )
@@ -372,10 +437,27 @@ def ask(
             "config": params,
             "context": dict(context or {}),
             "priors": len(priors),
+            **_memory_details(space, bound, predicted),
         },
     )
     session.flush()
     return trial
+
+
+def _memory_details(
+    space: SearchSpace, bound: MemoryBound | None, predicted: Sequence[Observation]
+) -> dict[str, Any]:
+    """The memory bound as the ask's audit entry records it: the model, the figures and the
+    trials behind it, and the batch from which on proposals were excluded."""
+    if bound is None:
+        return {}
+    details = bound.to_dict()
+    details["excluded_from"] = int(predicted[0].config[BATCH_SIZE]) if predicted else None
+    if bound.max_batch is not None and not predicted and combinations(space) > MAX_PREDICTED_OOMS:
+        details["why"] += (
+            f"; not applied: more than {MAX_PREDICTED_OOMS} combinations of the other parameters"
+        )
+    return {"memory_bound": details}
 
 
 def _check_state(state: str) -> TrialState:

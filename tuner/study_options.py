@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Final, Literal
 
 from tuner.measurement import MeasurementError, MeasurementPolicy
+from tuner.memory import DEFAULT_HEADROOM
 
 Driver = Literal["tuner", "agent"]
 DRIVERS: Final = ("tuner", "agent")
@@ -22,6 +23,34 @@ DEFAULT_ACK_TIMEOUT_S: Final = 600.0
 
 class OptionsError(ValueError):
     """An invalid study option."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPolicy:
+    """The GPU memory bound on the batch size (``tuner.memory``).
+
+    - ``enabled``: fit the study's memory model from its trials' framebuffer readings and stop
+      proposing batch sizes predicted not to fit; off, the readings are still recorded.
+    - ``headroom``: fraction of the framebuffer a proposal must leave free, in [0, 1).
+    """
+
+    enabled: bool = True
+    headroom: float = DEFAULT_HEADROOM
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise OptionsError(f"memory.enabled must be true or false, got {self.enabled!r}")
+        headroom = self.headroom
+        if (
+            isinstance(headroom, bool)
+            or not isinstance(headroom, int | float)
+            or not math.isfinite(headroom)
+            or not 0 <= headroom < 1
+        ):
+            raise OptionsError(
+                f"memory.headroom must be a fraction of the framebuffer in [0, 1), got {headroom!r}"
+            )
+        object.__setattr__(self, "headroom", float(headroom))
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +69,7 @@ class StudyOptions:
       long fails (the job may be gone).
     - ``warm_start_from``: ids of the earlier studies whose trials prime the strategy, fixed at
       creation so that every ask sees the same priors.
+    - ``memory``: the GPU memory bound on the batch size (:class:`MemoryPolicy`).
     """
 
     strategy_options: Mapping[str, Any] = field(default_factory=dict)
@@ -50,12 +80,15 @@ class StudyOptions:
     max_trials: int | None = None
     ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S
     warm_start_from: tuple[int, ...] = ()
+    memory: MemoryPolicy = field(default_factory=MemoryPolicy)
 
     def __post_init__(self) -> None:
         if not isinstance(self.strategy_options, Mapping):
             raise OptionsError("strategy_options must be an object")
         if not isinstance(self.measurement, MeasurementPolicy):
             raise OptionsError("measurement must be a MeasurementPolicy")
+        if not isinstance(self.memory, MemoryPolicy):
+            raise OptionsError("memory must be a MemoryPolicy")
         _check_positive_int("ranks", self.ranks)
         _check_positive_int("max_trials", self.max_trials)
         if self.slo_s is not None and not _positive_number(self.slo_s):
@@ -82,6 +115,7 @@ class StudyOptions:
             "max_trials": self.max_trials,
             "ack_timeout_s": self.ack_timeout_s,
             "warm_start_from": list(self.warm_start_from),
+            "memory": asdict(self.memory),
         }
 
     @classmethod
@@ -97,6 +131,8 @@ class StudyOptions:
             data["measurement"] = measurement_policy(data["measurement"])
         if "warm_start_from" in data:
             data["warm_start_from"] = tuple(data["warm_start_from"] or ())
+        if "memory" in data:
+            data["memory"] = memory_policy(data["memory"])
         try:
             return cls(**data)
         except TypeError as exc:
@@ -121,6 +157,23 @@ def measurement_policy(data: Mapping[str, Any] | MeasurementPolicy | None) -> Me
         return MeasurementPolicy(**data)
     except MeasurementError as exc:
         raise OptionsError(f"measurement: {exc}") from None
+
+
+def memory_policy(data: Mapping[str, Any] | MemoryPolicy | None) -> MemoryPolicy:
+    """A :class:`MemoryPolicy` from its JSON form (unknown keys refused)."""
+    if data is None:
+        return MemoryPolicy()
+    if isinstance(data, MemoryPolicy):
+        return data
+    if not isinstance(data, Mapping):
+        raise OptionsError("memory must be an object")
+    known = {f.name for f in fields(MemoryPolicy)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise OptionsError(
+            f"unknown memory option {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    return MemoryPolicy(**data)
 
 
 def _positive_number(value: object) -> bool:

@@ -11,7 +11,7 @@ from tuneloop.storage.models import Job, Study
 from tuner import service
 from tuner.objectives import default_objective
 from tuner.space import SearchSpace
-from tuner.study_options import StudyOptions, measurement_policy
+from tuner.study_options import MemoryPolicy, StudyOptions, measurement_policy
 
 
 def create_study(session: Session, job: Job, body: StudyCreate, *, actor: str) -> Study:
@@ -38,6 +38,7 @@ def create_study(session: Session, job: Job, body: StudyCreate, *, actor: str) -
         driven_by=body.driven_by,
         max_trials=body.max_trials,
         ack_timeout_s=body.ack_timeout_s,
+        memory=MemoryPolicy(enabled=body.memory.enabled, headroom=body.memory.headroom),
     )
     ranks_seen = service.require_step_timing(session, job, objective)
     if options.ranks is None and ranks_seen:

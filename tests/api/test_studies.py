@@ -232,3 +232,25 @@ def test_stop_and_resume(
         assert reconcile_study(session, study["id"], now=utcnow()).trial == 2
     bad = client.patch(f"{STUDIES}/s", json={"state": "complete"}, headers=auth["member"])
     assert bad.status_code == 422
+
+
+def test_the_memory_bound_option(client: TestClient, auth: dict[str, dict[str, str]]) -> None:
+    member = auth["member"]
+    default = client.post(STUDIES, json=body(), headers=member).json()
+    assert default["options"]["memory"] == {"enabled": True, "headroom": 0.1}
+    tuned = client.post(
+        STUDIES, json=body(name="t", memory={"headroom": 0.25}), headers=member
+    ).json()
+    assert tuned["options"]["memory"] == {"enabled": True, "headroom": 0.25}
+    off = client.post(STUDIES, json=body(name="u", memory={"enabled": False}), headers=member)
+    assert off.status_code == 201 and off.json()["options"]["memory"]["enabled"] is False
+    for memory, field in (
+        ({"headroom": 1.0}, "headroom"),
+        ({"headroom": -0.1}, "headroom"),
+        ({"headroom": "lots"}, "headroom"),
+        ({"head_room": 0.1}, "head_room"),
+    ):
+        answer = client.post(STUDIES, json=body(name="v", memory=memory), headers=member)
+        assert answer.status_code == 422, (memory, answer.text)
+        assert [field] == answer.json()["detail"][0]["loc"][-1:], answer.json()
+    assert [s["name"] for s in client.get(STUDIES, headers=member).json()] == ["s", "t", "u"]

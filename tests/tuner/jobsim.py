@@ -132,3 +132,28 @@ def desired(engine: Engine, job_id: int) -> list[JobConfig]:
         ).all()
         session.expunge_all()
         return list(rows)
+
+
+def write_gpu_memory(
+    engine: Engine,
+    project_id: int,
+    labels: dict[str, str],
+    *,
+    start: datetime,
+    end: datetime,
+    used_mib: float,
+    total_mib: float,
+    every_s: float = 1.0,
+) -> None:
+    """A GPU's framebuffer gauges in ``[start, end)`` as the collector stores them
+    (dcgm-exporter's ``DCGM_FI_DEV_FB_USED``/``_FREE`` in MiB, ``labels`` its GPU labels):
+    ``used_mib`` with a small ramp to it over the first samples, the rest free."""
+    count = max(1, int((end - start).total_seconds() / every_s))
+    times = [start + timedelta(seconds=i * every_s) for i in range(count)]
+    used = [used_mib * min(1.0, 0.9 + 0.05 * i) for i in range(count)]
+    batches = [
+        SeriesBatch("DCGM_FI_DEV_FB_USED", labels, times, used),
+        SeriesBatch("DCGM_FI_DEV_FB_FREE", labels, times, [total_mib - u for u in used]),
+    ]
+    result = SampleWriter(engine).write(project_id, batches)
+    assert not result.rejected, result.rejected

@@ -7,7 +7,13 @@ from typing import Any
 import pytest
 
 from tuner.measurement import MeasurementPolicy
-from tuner.study_options import OptionsError, StudyOptions, measurement_policy
+from tuner.study_options import (
+    MemoryPolicy,
+    OptionsError,
+    StudyOptions,
+    measurement_policy,
+    memory_policy,
+)
 
 
 def test_round_trip_and_defaults() -> None:
@@ -20,10 +26,12 @@ def test_round_trip_and_defaults() -> None:
         max_trials=12,
         ack_timeout_s=90,
         warm_start_from=(4, 2),
+        memory=MemoryPolicy(enabled=False, headroom=0.2),
     )
     assert StudyOptions.from_dict(options.to_dict()) == options
     assert StudyOptions.from_dict({}) == StudyOptions() == StudyOptions.from_dict(None)
     assert StudyOptions().driven_by == "tuner" and StudyOptions().max_trials is None
+    assert StudyOptions().memory == MemoryPolicy(enabled=True, headroom=0.1)
 
 
 @pytest.mark.parametrize(
@@ -42,6 +50,12 @@ def test_round_trip_and_defaults() -> None:
         ({"measurement": {"windows": 3}}, "unknown measurement option windows"),
         ({"measurement": [1]}, "measurement must be an object"),
         ({"strategy_options": [1]}, "strategy_options must be an object"),
+        ({"memory": {"headroom": 1}}, r"memory.headroom must be a fraction .* \[0, 1\)"),
+        ({"memory": {"headroom": -0.1}}, "memory.headroom must be a fraction"),
+        ({"memory": {"headroom": "10%"}}, "memory.headroom must be a fraction"),
+        ({"memory": {"enabled": "no"}}, "memory.enabled must be true or false"),
+        ({"memory": {"head_room": 0.1}}, "unknown memory option head_room"),
+        ({"memory": 0.1}, "memory must be an object"),
     ],
 )
 def test_bad_options_are_refused_in_one_line(data: dict[str, Any], reason: str) -> None:
@@ -55,3 +69,9 @@ def test_measurement_policy_from_json() -> None:
     policy = MeasurementPolicy(warmup_s=1)
     assert measurement_policy(policy) is policy
     assert measurement_policy({"max_extensions": 0}).max_extensions == 0
+
+
+def test_memory_policy_from_json() -> None:
+    assert memory_policy(None) == MemoryPolicy()
+    assert memory_policy({"headroom": 0}) == MemoryPolicy(enabled=True, headroom=0.0)
+    assert memory_policy({"enabled": False}).headroom == 0.1
