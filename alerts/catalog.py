@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 
+from tuneloop.step_timing import STEP_TIMING_SERIES
 from tuneloop.storage.timeseries.types import SeriesKind
 
 _COUNTERS_PACKAGE = "collector.sources"
@@ -46,16 +47,7 @@ _HOST: Mapping[str, SeriesKind] = {
     )
 }
 
-_STEP_TIMING: Mapping[str, SeriesKind] = {
-    name: SeriesKind.GAUGE
-    for name in (
-        "tuneloop_step_duration_seconds",
-        "tuneloop_step_phase_seconds",
-        "tuneloop_samples_per_second",
-        "tuneloop_tokens_per_second",
-        "tuneloop_step_number",
-    )
-}
+_STEP_TIMING: Mapping[str, SeriesKind] = {name: SeriesKind.GAUGE for name in STEP_TIMING_SERIES}
 
 
 # Histograms inference servers export over OTLP (semantic conventions), stored as classic

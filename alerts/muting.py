@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 
-from api.query_params import parse_matcher
+from tuneloop.storage.timeseries.matchers import parse_matcher
 from tuneloop.storage.timeseries.types import Matcher, MatchOp
 
 LabelSet = Mapping[str, str]

@@ -35,7 +35,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from alerts.templates import TemplateError, check_template
-from api.query_params import parse_duration, parse_matcher
+from tuneloop.storage.timeseries.matchers import parse_matcher
+from tuneloop.storage.timeseries.times import parse_duration
 from tuneloop.storage.timeseries.types import Matcher, SeriesKind
 
 ALERTNAME = "alertname"

@@ -24,7 +24,6 @@ from alerts.rules import (
     check_metrics,
     from_stored,
 )
-from api.query_params import parse_matcher
 from tuneloop.accounts import Conflict, InvalidInput, NotFound
 from tuneloop.storage.models import (
     AlertInhibition,
@@ -35,6 +34,7 @@ from tuneloop.storage.models import (
     Project,
     Series,
 )
+from tuneloop.storage.timeseries.matchers import parse_matcher
 from tuneloop.storage.timeseries.types import SeriesKind
 
 MAX_SILENCE = timedelta(days=90)

@@ -7,7 +7,7 @@ not exist, so tokens cannot probe which projects exist.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
@@ -136,6 +136,7 @@ def require(allowed: bool, message: str) -> None:
 
 
 OutT = TypeVar("OutT", bound=BaseModel)
+RowT = TypeVar("RowT")
 
 MAX_PAGE_SIZE = 500
 
@@ -152,10 +153,12 @@ class PageParams:
     def fetch(self) -> int:
         return self.limit + 1
 
-    def build(self, rows: Sequence[Any], model: type[OutT]) -> Page[OutT]:
+    def build(self, rows: Sequence[RowT], to_item: Callable[[RowT], OutT]) -> Page[OutT]:
+        """The page of ``rows`` (fetched with :attr:`fetch`), each made an item by ``to_item``
+        (``JobOut.model_validate``, ``TrialOut.of``)."""
         more = len(rows) > self.limit
         return Page(
-            items=[model.model_validate(row) for row in rows[: self.limit]],
+            items=[to_item(row) for row in rows[: self.limit]],
             limit=self.limit,
             offset=self.offset,
             next_offset=self.offset + self.limit if more else None,

@@ -13,30 +13,21 @@ from typer.testing import CliRunner, Result
 import tuneloop.cli.tokens  # registers the commands
 import tuneloop.settings
 from api.main import create_app
+from tests.helpers import cli_runner, sqlite_file
 from tuneloop.cli import app
 from tuneloop.runtime import Runtime
 from tuneloop.settings import Settings, get_settings
-from tuneloop.storage import make_engine
-from tuneloop.storage.models import metadata
 
 
 @pytest.fixture
 def database_file(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'cli.db'}"
-    engine = make_engine(url)
-    metadata.create_all(engine)
-    engine.dispose()
-    return url
+    return sqlite_file(tmp_path)
 
 
 @pytest.fixture
 def cli(database_file: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRunner]:
-    # The CLI installs its settings process-wide; put the previous ones back afterwards.
-    monkeypatch.setattr(tuneloop.settings, "_current", None)
-    get_settings.cache_clear()
-    yield CliRunner(env={"TUNELOOP_DATABASE_URL": database_file, "TUNELOOP_REDIS_URL": None})
-    monkeypatch.undo()
-    get_settings.cache_clear()
+    with cli_runner(database_file, monkeypatch) as runner:
+        yield runner
 
 
 def run(cli: CliRunner, *args: str) -> Result:

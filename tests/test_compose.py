@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -13,6 +11,7 @@ import pytest
 import typer
 import yaml
 
+from tests.helpers import promtool
 from tuneloop.cli import _register_commands, app
 from tuneloop.settings import ENV_PREFIX, Settings
 
@@ -164,14 +163,8 @@ def test_prometheus_scrapes_services_and_ports_that_exist() -> None:
 
 
 def test_prometheus_config_passes_promtool() -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        message = "promtool not found (.ci/ensure-tools installs it)"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
     result = subprocess.run(
-        [promtool, "check", "config", str(PROMETHEUS_CONFIG)],
+        [promtool(), "check", "config", str(PROMETHEUS_CONFIG)],
         capture_output=True,
         text=True,
         timeout=60,

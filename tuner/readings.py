@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from sqlalchemy import Connection, Engine
 
+from tuneloop.step_timing import SAMPLES_PER_SECOND, STEP_DURATION
 from tuneloop.storage.timeseries.functions import histogram_quantile
 from tuneloop.storage.timeseries.query import TooManySeries, find_series, query_range
 from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp, RangeSeries
@@ -35,8 +36,8 @@ from tuner.measurement import Sample
 
 Bind = Engine | Connection
 
-THROUGHPUT_METRIC: Final = "tuneloop_samples_per_second"
-STEP_TIME_METRIC: Final = "tuneloop_step_duration_seconds"
+THROUGHPUT_METRIC: Final = SAMPLES_PER_SECOND
+STEP_TIME_METRIC: Final = STEP_DURATION
 NOISE_SCALE_METRIC: Final = "tuneloop_gradient_noise_scale"
 LATENCY_HISTOGRAM: Final = "tuneloop_request_duration_seconds"
 RANK_LABEL: Final = "rank"

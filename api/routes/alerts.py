@@ -89,12 +89,7 @@ def list_rules(
     project: ProjectDep, session: SessionDep, _token: CurrentToken, page: PageDep
 ) -> Page[RuleOut]:
     rows = store.list_rules(session, project, limit=page.fetch, offset=page.offset)
-    return Page(
-        items=[RuleOut.of(row) for row in rows[: page.limit]],
-        limit=page.limit,
-        offset=page.offset,
-        next_offset=page.offset + page.limit if len(rows) > page.limit else None,
-    )
+    return page.build(rows, RuleOut.of)
 
 
 @router.get("/rules/{rule}", summary="One alert rule")
@@ -334,4 +329,4 @@ def list_notifications(
         .offset(page.offset)
     )
     rows = list(session.scalars(statement))
-    return page.build(rows, NotificationOut)
+    return page.build(rows, NotificationOut.model_validate)

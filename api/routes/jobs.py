@@ -91,7 +91,7 @@ def list_jobs(
     rows = job_service.list_jobs(
         session, project, status=status_filter, limit=page.fetch, offset=page.offset
     )
-    return page.build(rows, JobOut)
+    return page.build(rows, JobOut.model_validate)
 
 
 @router.get("/{job}", summary="One job")

@@ -43,9 +43,9 @@ def create_project(body: ProjectCreate, session: SessionDep, token: AdminToken) 
 def list_projects(session: SessionDep, token: CurrentToken, page: PageDep) -> Page[ProjectOut]:
     only = None if token.role == "admin" else token.project_id
     if token.role != "admin" and only is None:  # a scoped role without project: reaches none
-        return page.build([], ProjectOut)
+        return page.build([], ProjectOut.model_validate)
     rows = accounts.list_projects(session, only_id=only, limit=page.fetch, offset=page.offset)
-    return page.build(rows, ProjectOut)
+    return page.build(rows, ProjectOut.model_validate)
 
 
 @router.get("/{project}", summary="One project")

@@ -20,14 +20,12 @@ parameter and the reason; so do queries the store refuses (more than
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
-from fastapi.exceptions import RequestValidationError
 
 from api.deps import API_PREFIX, AUTH_ERRORS, ProjectDep, SessionDep
-from api.query_params import parse_duration, parse_matcher, parse_time
+from api.query_params import duration_param, matchers_param, time_param
 from api.schemas import ErrorBody
 from api.schemas_query import MatrixData, RangeAggregation, SeriesList, VectorData
 from api.services import series as series_service
@@ -43,8 +41,6 @@ router = APIRouter(
     },
 )
 
-T = TypeVar("T")
-
 MAX_MATCHERS = 32
 
 METRIC_DOC = "Metric name; any metric if left out"
@@ -54,21 +50,12 @@ STEP_DOC = "Seconds between points, as seconds or a duration (30s, 5m, 1h)"
 WINDOW_DOC = "Lookback of rate, increase and histogram_quantile (default: one step)"
 
 
-def _parsed(parse: Callable[[str], T], text: str, *loc: str | int) -> T:
-    """``parse(text)``, or a 422 naming the parameter, in FastAPI's own error shape."""
-    try:
-        return parse(text)
-    except ValueError as exc:
-        problem = {"type": "value_error", "loc": ("query", *loc), "msg": str(exc), "input": text}
-        raise RequestValidationError([problem]) from None
-
-
 def get_matchers(
     match: Annotated[
         list[str] | None, Query(max_length=MAX_MATCHERS, description=MATCH_DOC)
     ] = None,
 ) -> tuple[Matcher, ...]:
-    return tuple(_parsed(parse_matcher, text, "match", i) for i, text in enumerate(match or ()))
+    return matchers_param(match or ())
 
 
 MatchersDep = Annotated[tuple[Matcher, ...], Depends(get_matchers)]
@@ -93,10 +80,10 @@ def get_time_range(
     window: Annotated[str | None, Query(description=WINDOW_DOC, examples=["5m"])] = None,
 ) -> TimeRange:
     return TimeRange(
-        start=_parsed(parse_time, start, "start"),
-        end=_parsed(parse_time, end, "end"),
-        step_s=_parsed(parse_duration, step, "step"),
-        window_s=None if window is None else _parsed(parse_duration, window, "window"),
+        start=time_param(start, "start"),
+        end=time_param(end, "end"),
+        step_s=duration_param(step, "step"),
+        window_s=None if window is None else duration_param(window, "window"),
     )
 
 
@@ -132,7 +119,7 @@ def query_latest(
     selector: SelectorDep,
     since: Annotated[str | None, Query(description="Only samples at or after; " + TIME_DOC)] = None,
 ) -> VectorData:
-    after = None if since is None else _parsed(parse_time, since, "since")
+    after = None if since is None else time_param(since, "since")
     return series_service.latest(session.connection(), project.id, selector, after)
 
 

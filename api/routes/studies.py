@@ -115,13 +115,7 @@ def update_study(
 @router.get("/{study}/trials", summary="A study's trials, in order")
 def list_trials(study: StudyDep, session: SessionDep, page: PageDep) -> Page[TrialOut]:
     rows = service.list_trials(session, study, limit=page.fetch, offset=page.offset)
-    more = len(rows) > page.limit
-    return Page(
-        items=[TrialOut.of(row) for row in rows[: page.limit]],
-        limit=page.limit,
-        offset=page.offset,
-        next_offset=page.offset + page.limit if more else None,
-    )
+    return page.build(rows, TrialOut.of)
 
 
 @router.get("/{study}/best", summary="The best trial so far and its config")

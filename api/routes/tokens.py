@@ -79,7 +79,7 @@ def list_project_tokens(
     rows = accounts.list_tokens(
         session, project, include_revoked=include_revoked, limit=page.fetch, offset=page.offset
     )
-    return page.build(rows, TokenOut)
+    return page.build(rows, TokenOut.model_validate)
 
 
 @router.post(
@@ -102,7 +102,7 @@ def list_all_tokens(
     rows = accounts.list_all_tokens(
         session, include_revoked=include_revoked, limit=page.fetch, offset=page.offset
     )
-    return page.build(rows, TokenOut)
+    return page.build(rows, TokenOut.model_validate)
 
 
 @router.get("/tokens/self", summary="The token making this request")

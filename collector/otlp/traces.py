@@ -33,6 +33,13 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from collector.otlp.common import Rejected, Rejections, Sample, SeriesBuilder, to_datetime
 from collector.otlp.labels import check_labels, stringify
+from tuneloop.step_timing import (
+    PHASE_DURATION,
+    SAMPLES_PER_SECOND,
+    STEP_DURATION,
+    STEP_NUMBER,
+    TOKENS_PER_SECOND,
+)
 from tuneloop.storage.timeseries.types import SeriesBatch, SeriesKind
 
 STEP_SPAN: Final = "tuneloop.step"
@@ -46,12 +53,6 @@ RANK_ATTR: Final = "tuneloop.rank"
 STEP_ATTR: Final = "tuneloop.step"
 SAMPLES_ATTR: Final = "tuneloop.samples"
 TOKENS_ATTR: Final = "tuneloop.tokens"
-
-STEP_DURATION: Final = "tuneloop_step_duration_seconds"
-PHASE_DURATION: Final = "tuneloop_step_phase_seconds"
-SAMPLES_PER_SECOND: Final = "tuneloop_samples_per_second"
-TOKENS_PER_SECOND: Final = "tuneloop_tokens_per_second"
-STEP_NUMBER: Final = "tuneloop_step_number"
 
 _UNKNOWN_SERVICE: Final = "unknown_service"
 """The SDK's ``service.name`` when none was configured: not a job name."""

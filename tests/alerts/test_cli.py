@@ -11,11 +11,11 @@ from typer.testing import CliRunner
 
 import tuneloop.cli.alerts  # registers the commands
 import tuneloop.settings
+from tests.helpers import cli_runner, sqlite_file
 from tuneloop import accounts
 from tuneloop.cli import app
-from tuneloop.settings import get_settings
 from tuneloop.storage import make_engine, session_factory, session_scope
-from tuneloop.storage.models import AlertInhibition, AlertRule, metadata
+from tuneloop.storage.models import AlertInhibition, AlertRule
 
 RULES = """
 rules:
@@ -25,9 +25,8 @@ rules:
 
 @pytest.fixture
 def database_file(tmp_path: Path) -> Iterator[str]:
-    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    url = sqlite_file(tmp_path)
     engine = make_engine(url)
-    metadata.create_all(engine)
     with session_scope(session_factory(engine)) as session:
         accounts.create_project(session, "default")
     engine.dispose()
@@ -36,11 +35,8 @@ def database_file(tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def cli(database_file: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRunner]:
-    monkeypatch.setattr(tuneloop.settings, "_current", None)
-    get_settings.cache_clear()
-    yield CliRunner(env={"TUNELOOP_DATABASE_URL": database_file, "TUNELOOP_REDIS_URL": None})
-    monkeypatch.undo()
-    get_settings.cache_clear()
+    with cli_runner(database_file, monkeypatch) as runner:
+        yield runner
 
 
 def test_check_and_load(cli: CliRunner, tmp_path: Path, database_file: str) -> None:

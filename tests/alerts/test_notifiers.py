@@ -22,7 +22,7 @@ from alerts.rules import parse_rule
 from alerts.tasks import close_components, run_evaluation, run_notifications
 from tests.alerts.conftest import Alerting, at
 from tests.alerts.receivers import Receiver, Reply, serve
-from tests.helpers import free_port
+from tests.helpers import free_port, wait_for
 from tuneloop import accounts
 from tuneloop.settings import Settings, configure, load_settings
 from tuneloop.storage import make_engine, session_scope
@@ -227,9 +227,7 @@ def test_email_over_smtp_to_a_local_server(alerting: Alerting) -> None:
         dispatcher = Dispatcher(alerting.sessions)
         fire_and_resolve(alerting, dispatcher, ("0",))
         dispatcher.close()
-        deadline = time.monotonic() + 5
-        while len(inbox.messages) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: len(inbox.messages) >= 2, 5, "the firing and resolved mails")
     finally:
         controller.stop()
     (sender, recipients, firing), (_, _, resolved) = inbox.messages

@@ -3,8 +3,6 @@ and working end to end on samples in the store."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import yaml
 from alerts import store
 from alerts.rules import RuleFile, parse_rule_file
 from tests.alerts.conftest import Alerting
+from tests.helpers import promtool
 from tuneloop.storage import session_scope
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,16 +72,6 @@ def test_the_prometheus_pack_is_the_same_pack() -> None:
     assert tuple(rule["equal"]) == ours_inhibit.equal
 
 
-def _promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        message = "promtool not found (.ci/ensure-tools installs it)"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
-
-
 @pytest.mark.parametrize(
     "command",
     [["check", "rules", "gpu-fleet.rules.yml"], ["test", "rules", "gpu-fleet.test.yml"]],
@@ -90,7 +79,7 @@ def _promtool() -> str:
 )
 def test_promtool_passes_on_the_prometheus_pack(command: list[str]) -> None:
     result = subprocess.run(
-        [_promtool(), *command],
+        [promtool(), *command],
         cwd=PROMETHEUS,
         capture_output=True,
         text=True,

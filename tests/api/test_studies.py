@@ -16,7 +16,7 @@ from tuneloop.runtime import Runtime
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import AuditEntry
 from tuneloop.storage.types import utcnow
-from tuner.loop import reconcile_study
+from tuner.loop import StepResult, reconcile_study
 
 JOBS = "/api/v1/projects/alpha/jobs"
 STUDIES = f"{JOBS}/train/studies"
@@ -52,6 +52,12 @@ def auth(mint: Minter, client: TestClient, runtime: Runtime) -> dict[str, dict[s
         ranks=4,
     )
     return secrets
+
+
+def loop_pass(runtime: Runtime, study_id: int) -> StepResult:
+    """One pass of the tuning loop over the study, now, as the periodic task runs it."""
+    with session_scope(runtime.sessions) as session:
+        return reconcile_study(session, study_id, now=utcnow())
 
 
 def body(**overrides: Any) -> dict[str, Any]:
@@ -93,8 +99,7 @@ def test_the_loop_s_trials_show_through_the_api(
     client: TestClient, auth: dict[str, dict[str, str]], runtime: Runtime
 ) -> None:
     study = client.post(STUDIES, json=body(), headers=auth["member"]).json()
-    with session_scope(runtime.sessions) as session:
-        reconcile_study(session, study["id"], now=utcnow())
+    loop_pass(runtime, study["id"])
     [trial] = client.get(f"{STUDIES}/s/trials", headers=auth["agent"]).json()["items"]
     assert trial["state"] == "running" and trial["desired_version"] == 1
     assert set(trial["params"]) == {"batch_size", "sync_period", "learning_rate"}
@@ -214,8 +219,7 @@ def test_stop_and_resume(
     client: TestClient, auth: dict[str, dict[str, str]], runtime: Runtime
 ) -> None:
     study = client.post(STUDIES, json=body(), headers=auth["member"]).json()
-    with session_scope(runtime.sessions) as session:
-        reconcile_study(session, study["id"], now=utcnow())
+    loop_pass(runtime, study["id"])
     assert (
         client.patch(f"{STUDIES}/s", json={"state": "stopped"}, headers=auth["agent"]).status_code
         == 403
@@ -224,12 +228,10 @@ def test_stop_and_resume(
     assert stopped.status_code == 200 and stopped.json()["state"] == "stopped"
     [trial] = client.get(f"{STUDIES}/s/trials", headers=auth["member"]).json()["items"]
     assert (trial["state"], trial["reason"]) == ("failed", "study stopped")
-    with session_scope(runtime.sessions) as session:
-        assert reconcile_study(session, study["id"], now=utcnow()).detail == "study is stopped"
+    assert loop_pass(runtime, study["id"]).detail == "study is stopped"
     resumed = client.patch(f"{STUDIES}/s", json={"state": "running"}, headers=auth["member"])
     assert resumed.json()["state"] == "running"
-    with session_scope(runtime.sessions) as session:
-        assert reconcile_study(session, study["id"], now=utcnow()).trial == 2
+    assert loop_pass(runtime, study["id"]).trial == 2
     bad = client.patch(f"{STUDIES}/s", json={"state": "complete"}, headers=auth["member"])
     assert bad.status_code == 422
 

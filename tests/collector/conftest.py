@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, insert
 
-from tests.helpers import free_port
+from tests.helpers import free_port, missing
 from tuneloop.storage.models import Project
 from tuneloop.storage.types import utcnow
 
@@ -129,10 +129,7 @@ def private_postgres() -> Iterator[PrivatePostgres]:
     """A running private PostgreSQL server (trust auth, user and database ``postgres``)."""
     bindir = postgres_bindir()
     if bindir is None:
-        message = "PostgreSQL server binaries (initdb, pg_ctl) not found; set TUNELOOP_TEST_PG_BIN"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
+        missing("PostgreSQL server binaries (initdb, pg_ctl) not found; set TUNELOOP_TEST_PG_BIN")
     # Not pytest's tmp_path: its parent is private to root and the server runs as postgres.
     directory = Path(tempfile.mkdtemp(prefix="tuneloop-pg-"))
     if os.geteuid() == 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from collector.sinks.base import SinkUnavailable
 from collector.sinks.store import StoreSink, is_unreachable
 from collector.spool import Spool
 from tests.collector.conftest import create_project
+from tests.helpers import wait_for
 from tuneloop.storage import make_engine
 from tuneloop.storage.models import samples
 from tuneloop.storage.timeseries.types import Rejection, RejectionCode, SeriesBatch, WriteResult
@@ -70,13 +71,6 @@ def stored(engine: Engine) -> int:
 def metric(pipeline: Pipeline, name: str, **labels: str) -> float:
     value = pipeline.registry.get_sample_value(name, labels)
     return 0.0 if value is None else value
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 @pytest.fixture

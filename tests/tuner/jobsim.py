@@ -16,9 +16,12 @@ from tuneloop.storage import session_factory, session_scope
 from tuneloop.storage.models import Job, JobConfig, Project
 from tuneloop.storage.timeseries.types import SeriesBatch, SeriesKind
 from tuneloop.storage.timeseries.writer import SampleWriter
-from tuner.readings import LATENCY_HISTOGRAM, NOISE_SCALE_METRIC, THROUGHPUT_METRIC
-
-STEP_TIME_METRIC = "tuneloop_step_duration_seconds"
+from tuner.readings import (
+    LATENCY_HISTOGRAM,
+    NOISE_SCALE_METRIC,
+    STEP_TIME_METRIC,
+    THROUGHPUT_METRIC,
+)
 
 
 def make_job(

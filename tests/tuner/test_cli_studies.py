@@ -8,21 +8,18 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import tuneloop.settings
+from tests.helpers import cli_runner, sqlite_file
 from tests.tuner import jobsim
-from tuneloop.cli import _register_commands, app
-from tuneloop.settings import get_settings
+from tuneloop.cli import app
 from tuneloop.storage import make_engine, session_factory, session_scope
-from tuneloop.storage.models import metadata
 from tuner import service
 from tuner.space import SearchSpace
 
 
 @pytest.fixture
 def database_file(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    url = sqlite_file(tmp_path)
     engine = make_engine(url)
-    metadata.create_all(engine)
     with session_scope(session_factory(engine)) as session:
         job = jobsim.make_job(session, project="vision", name="resnet")
         study = service.create_study(
@@ -43,12 +40,8 @@ def database_file(tmp_path: Path) -> str:
 
 @pytest.fixture
 def cli(database_file: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRunner]:
-    monkeypatch.setattr(tuneloop.settings, "_current", None)
-    get_settings.cache_clear()
-    _register_commands()
-    yield CliRunner(env={"TUNELOOP_DATABASE_URL": database_file, "TUNELOOP_REDIS_URL": None})
-    monkeypatch.undo()
-    get_settings.cache_clear()
+    with cli_runner(database_file, monkeypatch) as runner:
+        yield runner
 
 
 def test_study_list_and_show(cli: CliRunner) -> None:

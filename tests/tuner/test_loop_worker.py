@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import Engine, func, select, text
 
 from tests.conftest import reset_postgres
+from tests.helpers import wait_for
 from tests.tuner import jobsim
 from tuneloop.settings import configure, load_settings
 from tuneloop.storage import make_engine, migrate, session_factory, session_scope
@@ -36,15 +37,6 @@ SPACE = SearchSpace.training((8, 64), (1, 2), sync_powers_of_two=True, base_lr=0
 POLICY = MeasurementPolicy(
     warmup_s=1, window_s=4, min_samples=4, max_rel_stderr=0.05, max_age_s=120, max_extensions=1
 )
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    assert condition(), f"timed out after {timeout} s waiting for {what}"
 
 
 def create_study(engine: Engine) -> tuple[int, int, int]:
@@ -153,15 +145,19 @@ def test_workers_killed_mid_pass_and_mid_trial_and_a_new_one_resumes(
         with engine.connect() as holder, holder.begin():
             holder.execute(select(Job.id).where(Job.id == job_id).with_for_update())
             with process(worker_args, env, tmp_path / "worker0.log") as doomed:
-                wait_for(lambda: waiting_on_a_lock(engine), 60, "a pass to block mid-way")
+                wait_for(
+                    lambda: waiting_on_a_lock(engine), 60, "a pass to block mid-way", every_s=0.2
+                )
                 doomed.send_signal(signal.SIGKILL)
                 doomed.wait(10)
-        wait_for(lambda: not waiting_on_a_lock(engine), 30, "the dead pass to roll back")
+        wait_for(
+            lambda: not waiting_on_a_lock(engine), 30, "the dead pass to roll back", every_s=0.2
+        )
         assert trial_rows(engine, study_id) == [] and jobsim.desired(engine, job_id) == []
 
         # 2. Killed in the middle of a trial: proposed and written, not yet measured.
         with process(worker_args, env, tmp_path / "worker1.log") as first:
-            wait_for(lambda: running_trial(1), 60, "the next worker to start trial 1")
+            wait_for(lambda: running_trial(1), 60, "the next worker to start trial 1", every_s=0.2)
             first.send_signal(signal.SIGKILL)
             first.wait(10)
         assert [t.state for t in trial_rows(engine, study_id)] == ["running"]
@@ -173,7 +169,9 @@ def test_workers_killed_mid_pass_and_mid_trial_and_a_new_one_resumes(
 
         # 3. A new worker measures trial 1, runs trial 2 and completes the study.
         with process(worker_args, env, tmp_path / "worker2.log"):
-            wait_for(lambda: running_trial(2), 60, "the second worker to measure 1, start 2")
+            wait_for(
+                lambda: running_trial(2), 60, "the second worker to measure 1, start 2", every_s=0.2
+            )
             run_trial_on_the_job_side(engine, job_id, project_id, 2)
 
             def completed() -> bool:
@@ -181,7 +179,7 @@ def test_workers_killed_mid_pass_and_mid_trial_and_a_new_one_resumes(
                     study = session.get(Study, study_id)
                     return study is not None and study.state == "complete"
 
-            wait_for(completed, 60, "the study to complete")
+            wait_for(completed, 60, "the study to complete", every_s=0.2)
 
     trials = trial_rows(engine, study_id)
     assert [(t.number, t.state, t.desired_version) for t in trials] == [

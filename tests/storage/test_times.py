@@ -1,4 +1,4 @@
-"""The series API's parameter parsers: PromQL matchers, times, durations."""
+"""Times (RFC 3339, Unix seconds) and durations (Prometheus' 5m, 1h30m, seconds)."""
 
 from __future__ import annotations
 
@@ -6,55 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from api.query_params import parse_duration, parse_matcher, parse_time
-from tuneloop.storage.timeseries.types import Matcher, MatchOp
-
-MATCHERS = [
-    ('gpu="0"', Matcher("gpu", MatchOp.EQ, "0")),
-    (' job =~ "train.*" ', Matcher("job", MatchOp.RE, "train.*")),
-    ('gpu!="1"', Matcher("gpu", MatchOp.NE, "1")),
-    ("host!~`node-\\d+`", Matcher("host", MatchOp.NRE, "node-\\d+")),  # raw: no escapes
-    ("x='it\\'s'", Matcher("x", MatchOp.EQ, "it's")),
-    ('x="a\\"b\\\\c\\n"', Matcher("x", MatchOp.EQ, 'a"b\\c\n')),
-    ('x="\\xe2\\x82\\xac \\u00e9 \\101 \\U0001F600"', Matcher("x", MatchOp.EQ, "€ é A 😀")),
-    ('"k8s.pod"="p-1"', Matcher("k8s.pod", MatchOp.EQ, "p-1")),
-    ('__name__=~"DCGM_.*"', Matcher("__name__", MatchOp.RE, "DCGM_.*")),
-    ('x=""', Matcher("x", MatchOp.EQ, "")),
-    ('x="=~!~,}{"', Matcher("x", MatchOp.EQ, "=~!~,}{")),
-]
-
-
-@pytest.mark.parametrize(("text", "expected"), MATCHERS)
-def test_parse_matcher(text: str, expected: Matcher) -> None:
-    assert parse_matcher(text) == expected
-
-
-BAD_MATCHERS = [
-    ("gpu=0", "must be a quoted string"),
-    ("gpu", "expected one of =, !=, =~, !~"),
-    ('="0"', "expected a label name"),
-    ('0gpu="0"', "expected a label name"),
-    ('{gpu="0"}', "expected a label name"),
-    ('gpu="0",job="x"', "give one matcher per match"),
-    ('gpu="0', "unterminated string"),
-    ("gpu=`0", "unterminated raw string"),
-    ('gpu="0\n"', "newline"),
-    ('gpu="\\q"', "unknown escape \\q"),
-    ('gpu="\\x4"', "needs 2 hex digits"),
-    ('gpu="\\xff"', "valid UTF-8"),
-    ('gpu="\\ud800"', "not a Unicode character"),
-    ('gpu="\\400"', "invalid octal escape"),
-    ('gpu=~"("', "invalid regular expression"),
-    ('""="x"', "empty label name"),
-    ('gpu="' + "x" * 5000 + '"', "at most 4096 characters"),
-]
-
-
-@pytest.mark.parametrize(("text", "message"), BAD_MATCHERS)
-def test_parse_matcher_rejects(text: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message.replace("\\", "\\\\").replace("(", r"\(")):
-        parse_matcher(text)
-
+from tuneloop.storage.timeseries.times import parse_duration, parse_time
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 
