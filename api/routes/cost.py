@@ -18,8 +18,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api.deps import API_PREFIX, AUTH_ERRORS, ProjectDep, SessionDep
-from api.query_params import parse_time
-from api.routes.series import TIME_DOC, _parsed
+from api.query_params import time_param
+from api.routes.series import TIME_DOC
 from api.schemas import ErrorBody
 from api.schemas_cost import CostFigures, CostReport
 from tuneloop import cost
@@ -46,7 +46,7 @@ def project_cost(
         float, Query(ge=0, le=100, description="A minute is idle below this utilization, %")
     ] = cost.DEFAULT_IDLE_BELOW,
 ) -> CostReport:
-    begin, finish = _parsed(parse_time, start, "start"), _parsed(parse_time, end, "end")
+    begin, finish = time_param(start, "start"), time_param(end, "end")
     if finish <= begin:
         raise InvalidInput("end must be after start")
     if finish - begin > MAX_PERIOD:

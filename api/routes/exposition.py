@@ -21,8 +21,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from api.deps import API_PREFIX, AUTH_ERRORS, ProjectDep, SessionDep
-from api.query_params import parse_duration
-from api.routes.series import SelectorDep, _parsed
+from api.query_params import duration_param
+from api.routes.series import SelectorDep
 from api.schemas import ErrorBody
 from api.services import exposition
 from api.services.series import invalid_input
@@ -58,7 +58,7 @@ def project_metrics(
         str, Query(description="Only series with a sample this recent (30s, 5m, 1h)")
     ] = DEFAULT_MAX_AGE,
 ) -> Response:
-    age = timedelta(seconds=_parsed(parse_duration, max_age, "max_age"))
+    age = timedelta(seconds=duration_param(max_age, "max_age"))
     if age > MAX_AGE_LIMIT:
         age = MAX_AGE_LIMIT
     with invalid_input():
