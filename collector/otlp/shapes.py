@@ -48,7 +48,6 @@ _MAX_SHAPES_PER_LENGTH: Final = 4
 _MICROSECOND: Final = timedelta(microseconds=1)
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _EARLIEST_US: Final = (EARLIEST - _EPOCH) // _MICROSECOND
-_BYTES: Final = np.arange(8, dtype=np.intp)
 
 # Wire types and the tags of NumberDataPoint's leading fixed64 records (see collector.otlp.wire).
 _VARINT, _I64, _LEN = 0, 1, 2
@@ -161,8 +160,8 @@ class ShapeCache:
 
 def _make_shape(body: bytes, layout: _Layout, recorded: Sequence[Recorded]) -> _Shape:
     masked = np.array(layout.masked, dtype=np.intp)
-    skeleton = np.frombuffer(body, dtype=np.uint8).copy()
-    skeleton[masked[:, None] + _BYTES] = 0
+    skeleton = bytearray(body)
+    _words(skeleton)[masked] = 0
     # The table: each series once, in the order the mapping's builder made its batches.
     index_of: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
     metrics: list[str] = []
@@ -179,7 +178,7 @@ def _make_shape(body: bytes, layout: _Layout, recorded: Sequence[Recorded]) -> _
         series[point] = index
     ints = np.array(layout.ints, dtype=np.bool_)
     return _Shape(
-        skeleton=skeleton.tobytes(),
+        skeleton=bytes(skeleton),
         masked=masked,
         times=np.array(layout.times, dtype=np.intp),
         values=np.array(layout.values, dtype=np.intp),
@@ -192,17 +191,17 @@ def _make_shape(body: bytes, layout: _Layout, recorded: Sequence[Recorded]) -> _
 def _read(shape: _Shape, body: bytes, now: datetime, max_series: int) -> SampleColumns | None:
     if len(shape.table) > max_series:
         return None  # the builder's cap would refuse some points: let it say which
-    data = np.frombuffer(body, dtype=np.uint8)
-    masked = data.copy()
-    masked[shape.masked[:, None] + _BYTES] = 0
-    if masked.tobytes() != shape.skeleton:
+    masked = bytearray(body)
+    _words(masked)[shape.masked] = 0
+    if masked != shape.skeleton:
         return None
-    nanos = data[shape.times[:, None] + _BYTES].view("<u8").ravel()
-    raw = data[shape.values[:, None] + _BYTES]
-    values = raw.view("<f8").ravel()
+    words = _words(body)
+    nanos = words[shape.times]
+    raw = words[shape.values]
+    values = raw.view("<f8")
     if shape.ints is not None:
         # float(as_int), as the mapping does: both round to the nearest double.
-        values = np.where(shape.ints, raw.view("<i8").ravel().astype(np.float64), values)
+        values = np.where(shape.ints, raw.view("<i8").astype(np.float64), values)
     if not np.isfinite(values).all():
         return None  # NaN or infinity: the mapping rejects those points
     micros = (nanos // 1_000).astype(np.int64)
@@ -210,6 +209,14 @@ def _read(shape: _Shape, body: bytes, now: datetime, max_series: int) -> SampleC
     if int(micros.min()) < _EARLIEST_US or int(micros.max()) > latest:
         return None
     return SampleColumns(shape.table, shape.series, micros, values.astype(np.float64, copy=False))
+
+
+def _words(data: bytes | bytearray) -> npt.NDArray[np.uint64]:
+    """Every 8 consecutive bytes of ``data`` as a little-endian integer, by its first byte's
+    offset (a view, unaligned): a payload is read or zeroed with one index, not eight."""
+    return np.ndarray(
+        shape=(max(len(data) - 7, 0),), dtype="<u8", buffer=data, offset=0, strides=(1,)
+    )
 
 
 # ---------------------------------------------------------------------- the walk
