@@ -209,6 +209,7 @@ class SampleWriter:
         # project, once all of them exist: a block of a known table costs no lookup per series.
         self._tables: dict[SeriesTable, tuple[_Identity, ...] | None] = {}
         self._table_ids: dict[tuple[int, SeriesTable], npt.NDArray[np.int64]] = {}
+        self._table_ids_size = 0  # series in _table_ids
 
     def write(
         self, project_id: int, batches: Iterable[Batch], *, max_series: int | None = None
@@ -345,9 +346,11 @@ class SampleWriter:
                         _cap_rejection(entry, project_id, cap, int(counts[index]))
                     )
         else:
-            if sum(map(len, self._table_ids.values())) + len(found) > _TABLE_LIMIT:
+            if self._table_ids_size + len(found) > _TABLE_LIMIT:
                 self._table_ids.clear()
+                self._table_ids_size = 0
             self._table_ids[(project_id, table)] = found
+            self._table_ids_size += len(found)
         return found
 
     def forget(self, project_id: int | None = None) -> None:
@@ -356,9 +359,11 @@ class SampleWriter:
         if project_id is None:
             self._series_ids.clear()
             self._table_ids.clear()
+            self._table_ids_size = 0
         else:
             for table_key in [key for key in list(self._table_ids) if key[0] == project_id]:
-                self._table_ids.pop(table_key, None)
+                dropped = self._table_ids.pop(table_key, None)
+                self._table_ids_size -= 0 if dropped is None else len(dropped)
             # Snapshot the keys first: another thread may be adding to the cache meanwhile.
             for key in [key for key in list(self._series_ids) if key[0] == project_id]:
                 self._series_ids.pop(key, None)
