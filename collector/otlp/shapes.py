@@ -45,6 +45,8 @@ from tuneloop.storage.timeseries.types import SeriesKind
 
 DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
 _MAX_SHAPES_PER_LENGTH: Final = 4
+_MISSES_BEFORE_FORGETTING: Final = 16
+"""Requests of one length that fit none of its shapes (all of them known) before those go."""
 _MICROSECOND: Final = timedelta(microseconds=1)
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _EARLIEST_US: Final = (EARLIEST - _EPOCH) // _MICROSECOND
@@ -103,6 +105,7 @@ class ShapeCache:
         self.max_bytes = max_bytes
         self._shapes: dict[int, list[_Shape]] = {}
         self._seen_lengths: set[int] = set()
+        self._misses: dict[int, int] = {}
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -112,10 +115,23 @@ class ShapeCache:
     def match(self, body: bytes, now: datetime, max_series: int) -> SampleColumns | None:
         """The samples of ``body`` if it has a known shape and the point-by-point mapping
         would accept all of its points; else ``None`` (map it point by point)."""
-        for shape in self._shapes.get(len(body), ()):
+        length = len(body)
+        shapes = self._shapes.get(length, ())
+        for shape in shapes:
             columns = _read(shape, body, now, max_series)
             if columns is not None:
                 return columns
+        if len(shapes) >= _MAX_SHAPES_PER_LENGTH:
+            # None of the shapes of this length fits: they may be stale (an exporter whose
+            # series changed, its bodies keeping their length). Forget them after a while,
+            # so that the new shape can be learned.
+            misses = self._misses.get(length, 0) + 1
+            self._misses[length] = misses
+            if misses >= _MISSES_BEFORE_FORGETTING:
+                with self._lock:
+                    dropped = self._shapes.pop(length, [])
+                    self._bytes -= sum(shape.size for shape in dropped)
+                    self._misses.pop(length, None)
         return None
 
     def wants(self, body: bytes) -> bool:
@@ -147,6 +163,7 @@ class ShapeCache:
         with self._lock:
             if self._bytes + shape.size > self.max_bytes:
                 self._shapes.clear()
+                self._misses.clear()
                 self._bytes = 0
             if shape.size > self.max_bytes:
                 return False

@@ -200,6 +200,23 @@ def test_another_shape_of_the_same_length_is_mapped_point_by_point() -> None:
     assert not receiver.bulk
 
 
+def test_stale_shapes_of_a_length_give_way_to_the_new_one() -> None:
+    """Four shapes of one length are known, then the exporter's series change (same length):
+    after a while the old shapes are forgotten and the new one is learned."""
+    rng = random.Random(5)
+    receiver = Receiver()
+    for gpu in "1234":
+        shape = [MetricShape("a", "gauge", False, False, [{"gpu": "0"}, {"gpu": gpu}], 2)]
+        for _ in range(3):
+            check_same(receiver, fill(shape, rng))
+        assert receiver.bulk
+    assert len(receiver.receiver.shapes) == 4
+    new = [MetricShape("a", "gauge", False, False, [{"gpu": "0"}, {"gpu": "5"}], 2)]
+    for _ in range(20):
+        check_same(receiver, fill(new, rng))
+    assert receiver.bulk
+
+
 def learned(body: bytes) -> bool:
     receiver = Receiver()
     receiver.export(body)

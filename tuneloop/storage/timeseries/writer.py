@@ -115,7 +115,8 @@ _BINARY_ROW = np.dtype(
     ]
 )
 _TABLE_LIMIT = 100_000
-"""Series ids of (project, series table) kept, counted in series, before that cache empties."""
+"""Series of the checked tables, and series ids of (project, table), kept before each of those
+caches empties (about 200 bytes a series: a table's own labels are shared with the receiver)."""
 
 
 _Columns = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]
@@ -208,6 +209,7 @@ class SampleWriter:
         # not pass (its blocks then go the batches' way). And each table's series ids by
         # project, once all of them exist: a block of a known table costs no lookup per series.
         self._tables: dict[SeriesTable, tuple[_Identity, ...] | None] = {}
+        self._tables_size = 0  # series in _tables
         self._table_ids: dict[tuple[int, SeriesTable], npt.NDArray[np.int64]] = {}
         self._table_ids_size = 0  # series in _table_ids
 
@@ -308,9 +310,12 @@ class SampleWriter:
             identities = self._tables[table]
         else:
             identities = _table_identities(table, self._identities)
-            if len(self._tables) >= _TABLE_LIMIT:
+            # Bounded by series, not tables: a table may hold many.
+            if self._tables_size + len(table) > _TABLE_LIMIT:
                 self._tables.clear()
+                self._tables_size = 0
             self._tables[table] = identities
+            self._tables_size += len(table)
         return None if identities is None else _Block(columns, identities)
 
     def _block_ids(
