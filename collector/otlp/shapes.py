@@ -22,8 +22,10 @@ numbers the mapping would refuse (a time out of range, NaN or infinity) or that 
 than the caller's cap is handed back (``None``) to be mapped point by point, which rejects
 exactly the right points.
 
-Memory is bounded: shapes hold about their body's size plus 16 bytes a point; past
-``max_bytes`` they are all forgotten and relearned.
+Memory is bounded: shapes hold about their body's size plus 40-50 bytes a point; past
+``max_bytes`` they are all forgotten and relearned. At most four shapes are kept per body
+length; when all four keep failing to fit (an exporter whose series changed, its bodies keeping
+their length), they are forgotten so that the new shape is learned.
 """
 
 from __future__ import annotations
