@@ -39,6 +39,7 @@ from collector.relabel import Relabeler
 from collector.selfmetrics import CollectorMetrics, rejection_reason
 from collector.sinks.base import Sink, SinkUnavailable
 from collector.spool import Spool, SpoolFull
+from tuneloop.storage.timeseries.columns import Batch, sample_count
 from tuneloop.storage.timeseries.types import Rejection, SeriesBatch
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ class PipelineStatus:
 @dataclass(slots=True)
 class _Item:
     project_id: int
-    batches: list[SeriesBatch]
+    batches: list[Batch]
     samples: int
     at: float  # monotonic time it was queued
 
@@ -154,7 +155,7 @@ class Pipeline:
                 running=self._state == "running",
             )
 
-    def submit(self, project_id: int, batches: Sequence[SeriesBatch]) -> None:
+    def submit(self, project_id: int, batches: Sequence[Batch]) -> None:
         """All or nothing: either every batch is accepted (queued in memory or spooled to
         disk, and from then on never lost) or :class:`PipelineFull` is raised and nothing is
         kept. The pipeline owns the batches from here: do not change them afterwards."""
@@ -320,7 +321,7 @@ class Pipeline:
     def _write_items(self, items: list[_Item]) -> list[_Item]:
         """Write ``items`` with one write per project; return those not written because the
         store became unreachable (in their original order)."""
-        projects: dict[int, list[SeriesBatch]] = {}
+        projects: dict[int, list[Batch]] = {}
         for item in items:
             projects.setdefault(item.project_id, []).extend(item.batches)
         written: set[int] = set()
@@ -333,7 +334,7 @@ class Pipeline:
             written.add(project_id)
         return []
 
-    def _write(self, project_id: int, batches: list[SeriesBatch]) -> None:
+    def _write(self, project_id: int, batches: Sequence[Batch]) -> None:
         """One write; counts what was written and rejected. Raises only SinkUnavailable."""
         started = time.perf_counter()
         try:
@@ -460,16 +461,10 @@ _VALUES = attrgetter("values")
 _TIMESTAMPS = attrgetter("timestamps")
 
 
-def _samples(batches: Sequence[SeriesBatch]) -> int:
+def _samples(batches: Sequence[Batch]) -> int:
     # In C: a receiver hands over a batch per series, often of one sample each.
     try:
         return sum(map(max, map(len, map(_VALUES, batches)), map(len, map(_TIMESTAMPS, batches))))
-    except TypeError:  # a batch without lengths: counted as none, below
+    except (TypeError, AttributeError):  # a batch without lengths, or a block: one by one
         pass
-    total = 0
-    for batch in batches:
-        try:
-            total += max(len(batch.values), len(batch.timestamps))
-        except TypeError:
-            continue
-    return total
+    return sum(map(sample_count, batches))

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 import yaml
 
+from tuneloop.storage.timeseries.columns import Batch, expand
 from tuneloop.storage.timeseries.types import SeriesBatch
 
 NAME_LABEL: Final = "__name__"
@@ -273,14 +274,16 @@ class Relabeler:
     def __bool__(self) -> bool:
         return bool(self.rules)
 
-    def apply(self, batches: Sequence[SeriesBatch]) -> tuple[list[SeriesBatch], int]:
+    def apply(self, batches: Sequence[Batch]) -> tuple[list[Batch], int]:
         """(batches to keep, relabelled; samples dropped by keep/drop rules). A batch whose
-        metric or labels are not strings passes untouched, for the store to reject."""
+        metric or labels are not strings passes untouched, for the store to reject. Without
+        rules everything passes as it is; with rules a block (SampleColumns) is relabelled as
+        the batches it means."""
         if not self.rules:
             return list(batches), 0
-        kept: list[SeriesBatch] = []
+        kept: list[Batch] = []
         dropped = 0
-        for batch in batches:
+        for batch in expand(batches):
             try:
                 result = relabel(self.rules, batch.metric, batch.labels)
             except (TypeError, ValueError, AttributeError):

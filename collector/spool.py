@@ -38,6 +38,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from tuneloop.storage.timeseries.columns import Batch, expand
 from tuneloop.storage.timeseries.types import Rejection, RejectionCode, SeriesBatch, SeriesKind
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class Encoded:
     rejected: list[Rejection] = field(default_factory=list)
 
 
-def encode_record(project_id: int, batches: Sequence[SeriesBatch]) -> Encoded:
+def encode_record(project_id: int, batches: Sequence[Batch]) -> Encoded:
     """The record of one submission. A batch that cannot be represented (wrong types, naive
     timestamps, unequal lengths) is left out and reported as rejected, exactly as the store
     would refuse it; empty batches are left out silently."""
@@ -83,7 +84,8 @@ def encode_record(project_id: int, batches: Sequence[SeriesBatch]) -> Encoded:
     arrays: list[bytes] = []
     rejected: list[Rejection] = []
     samples = 0
-    for batch in batches:
+    # A block (SampleColumns) is spooled as the batches it means: the spool is the rare path.
+    for batch in expand(batches):
         encoded = _encode_batch(batch)
         if isinstance(encoded, Rejection):
             rejected.append(encoded)
@@ -283,7 +285,7 @@ class Spool:
 
     # ------------------------------------------------------------------ append
 
-    def append(self, project_id: int, batches: Sequence[SeriesBatch]) -> Encoded:
+    def append(self, project_id: int, batches: Sequence[Batch]) -> Encoded:
         """Write one record durably, or raise :class:`SpoolFull` having written nothing.
         Batches that cannot be represented are left out and returned as rejected."""
         encoded = encode_record(project_id, batches)

@@ -64,6 +64,7 @@ from collector.otlp.series_cache import (
     ScopeKey,
     SeriesKey,
 )
+from collector.otlp.shapes import Recorded
 from collector.otlp.wire import from_object, has_no_time_or_value, number_points
 from tuneloop.storage.timeseries.types import SeriesBatch, SeriesKind
 from tuneloop.storage.timeseries.writer import MAX_METRIC_LENGTH
@@ -97,12 +98,15 @@ def map_metrics(
     max_series: int,
     deltas: DeltaAccumulator,
     cache: LabelCache | None = None,
+    record: list[Recorded] | None = None,
 ) -> MappedMetrics:
     """The series batches of ``request`` for ``project_id`` and what was rejected, and why.
     ``cache`` keeps labels from one request to the next (the receiver's); without, the labels
-    of each series are still computed once per request."""
+    of each series are still computed once per request. ``record``: appended the series (and
+    its kind) of each gauge or sum point that became a sample, in order (for
+    :mod:`collector.otlp.shapes`)."""
     cache = cache if cache is not None else LabelCache()
-    return _Mapper(project_id, now, max_series, deltas, cache).run(request)
+    return _Mapper(project_id, now, max_series, deltas, cache, record).run(request)
 
 
 class _Mapper:
@@ -113,8 +117,10 @@ class _Mapper:
         max_series: int,
         deltas: DeltaAccumulator,
         cache: LabelCache,
+        record: list[Recorded] | None = None,
     ) -> None:
         self.project_id = project_id
+        self.record = record
         self.now = now
         self.deltas = deltas
         self.cache = cache
@@ -209,6 +215,7 @@ class _Mapper:
         times, now = self.times, self.now
         builder = self.builder
         lists_of = builder.lists_of
+        record = self.record
         self.points += len(points)
         # The series of the last point and its lists: an exporter that batches over time sends
         # the points of one series one after the other, and comparing bytes is cheaper than
@@ -260,6 +267,8 @@ class _Mapper:
                         last_key, last_series, last_lists = key, series, lists
                 lists[0].append(ts)
                 lists[1].append(value)
+                if record is not None:
+                    record.append((series, kind))
             except Rejected as exc:
                 self.rejections.add(exc.reason, f"metric {metric.name[:100]!r}: {exc.message}")
 

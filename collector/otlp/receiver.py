@@ -23,11 +23,12 @@ from collector.otlp.common import Rejections
 from collector.otlp.delta import DeltaAccumulator
 from collector.otlp.metrics import map_metrics
 from collector.otlp.series_cache import LabelCache
+from collector.otlp.shapes import Recorded, ShapeCache
 from collector.otlp.telemetry import OtlpTelemetry
 from collector.otlp.traces import map_spans
-from tuneloop.storage.timeseries.types import SeriesBatch
+from tuneloop.storage.timeseries.columns import Batch
 
-Submit = Callable[[Sequence[SeriesBatch]], None]
+Submit = Callable[[Sequence[Batch]], None]
 """Hands batches on for writing; raises (``PipelineFull``) to refuse them all."""
 
 
@@ -56,6 +57,7 @@ class OtlpReceiver:
         telemetry: OtlpTelemetry | None = None,
         deltas: DeltaAccumulator | None = None,
         labels: LabelCache | None = None,
+        shapes: ShapeCache | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.max_body_bytes = max_body_bytes
@@ -64,6 +66,9 @@ class OtlpReceiver:
         # Labels of the series seen before: a periodic exporter sends every series again in
         # each request, so most are computed once per process, not once per request.
         self.labels = labels if labels is not None else LabelCache()
+        # Shapes of the requests seen: an exporter repeating a request's shape with new
+        # numbers has the next ones read in bulk (collector.otlp.shapes).
+        self.shapes = shapes if shapes is not None else ShapeCache()
         self.clock = clock
 
     def export(
@@ -98,19 +103,30 @@ class OtlpReceiver:
         max_series: int,
         submit: Submit,
     ) -> ExportResult:
-        request, encoding = decode.decode(
-            body, content_type, content_encoding, ExportMetricsServiceRequest(), self.max_body_bytes
-        )
+        encoding = decode.encoding_of(content_type)
+        payload = decode.decompress(body, content_encoding, self.max_body_bytes)
+        now = self.clock()
+        protobuf = encoding is decode.Encoding.PROTOBUF
+        if protobuf:
+            columns = self.shapes.match(payload, now, max_series)
+            if columns is not None:
+                submit([columns])
+                return _result(ExportMetricsServiceResponse(), encoding, len(columns), Rejections())
+        request = decode.parse(payload, encoding, ExportMetricsServiceRequest())
+        record: list[Recorded] | None = [] if protobuf and self.shapes.wants(payload) else None
         mapped = map_metrics(
             request,
             project_id=project_id,
-            now=self.clock(),
+            now=now,
             max_series=max_series,
             deltas=self.deltas,
             cache=self.labels,
+            record=record,
         )
         if mapped.batches:
             submit(mapped.batches)
+        if record is not None and not mapped.rejections.total:
+            self.shapes.learn(payload, record, mapped.points)
         response = ExportMetricsServiceResponse()
         if mapped.rejections.total:
             response.partial_success.rejected_data_points = mapped.rejections.total

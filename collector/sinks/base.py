@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from tuneloop.storage.timeseries.types import SeriesBatch, WriteResult
+from tuneloop.storage.timeseries.columns import Batch
+from tuneloop.storage.timeseries.types import WriteResult
 
 
 class SinkUnavailable(Exception):
@@ -15,7 +16,7 @@ class SinkUnavailable(Exception):
 
 
 class Sink(Protocol):
-    def write(self, project_id: int, batches: Sequence[SeriesBatch]) -> WriteResult:
+    def write(self, project_id: int, batches: Sequence[Batch]) -> WriteResult:
         """Write ``batches`` into ``project_id``'s series. Bad input is reported in the
         result, never raised; raise :class:`SinkUnavailable` when nothing could be written
         because the store is unreachable."""

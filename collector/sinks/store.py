@@ -18,7 +18,8 @@ from sqlalchemy import select
 
 from collector.sinks.base import SinkUnavailable
 from tuneloop.storage.models import Project
-from tuneloop.storage.timeseries.types import Rejection, RejectionCode, SeriesBatch, WriteResult
+from tuneloop.storage.timeseries.columns import Batch, expand
+from tuneloop.storage.timeseries.types import Rejection, RejectionCode, WriteResult
 from tuneloop.storage.timeseries.writer import SampleWriter
 
 LIMIT_TTL_S = 60.0
@@ -78,7 +79,7 @@ class StoreSink:
         self._limits: dict[int, tuple[bool, int | None, float]] = {}
         self._lock = threading.Lock()
 
-    def write(self, project_id: int, batches: Sequence[SeriesBatch]) -> WriteResult:
+    def write(self, project_id: int, batches: Sequence[Batch]) -> WriteResult:
         try:
             exists, limit = self._project_limit(project_id)
             if not exists:
@@ -105,9 +106,9 @@ class StoreSink:
         return exists, limit
 
 
-def _unknown_project(project_id: int, batches: Sequence[SeriesBatch]) -> WriteResult:
+def _unknown_project(project_id: int, batches: Sequence[Batch]) -> WriteResult:
     result = WriteResult()
-    for batch in batches:
+    for batch in expand(batches):
         try:
             size = len(batch.values)
         except TypeError:

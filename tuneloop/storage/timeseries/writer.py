@@ -31,12 +31,15 @@ from datetime import UTC, datetime, timedelta
 from itertools import chain, repeat
 from typing import Any, NamedTuple, cast
 
+import numpy as np
+import numpy.typing as npt
 import psycopg
 from sqlalchemy import Connection, Engine, Table, func, select, text
 from sqlalchemy.dialects import sqlite
 
 from tuneloop.settings import Settings
 from tuneloop.storage.models import Series
+from tuneloop.storage.timeseries.columns import Batch, SampleColumns, SeriesTable
 from tuneloop.storage.timeseries.partitions import (
     MAX_PARTITIONS_PER_CALL,
     ensure_partitions,
@@ -93,6 +96,31 @@ _PG_INSERT = text(
 _KINDS = frozenset(kind.value for kind in SeriesKind)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+_DAY_US = 86_400 * 1_000_000
+_POSTGRES_EPOCH_US = 946_684_800 * 1_000_000
+"""2000-01-01 in Unix microseconds: the origin of PostgreSQL's binary timestamps."""
+_BINARY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, flags, no extension
+_BINARY_TRAILER = b"\xff\xff"
+# One row of ``samples`` in COPY's binary format, big-endian: the field count, then each
+# field's length and value (int8 series_id, timestamptz ts, float8 value). Packed: 38 bytes.
+_BINARY_ROW = np.dtype(
+    [
+        ("fields", ">i2"),
+        ("id_size", ">i4"),
+        ("id", ">i8"),
+        ("ts_size", ">i4"),
+        ("ts", ">i8"),
+        ("value_size", ">i4"),
+        ("value", ">f8"),
+    ]
+)
+_TABLE_LIMIT = 100_000
+"""Series of the checked tables, and series ids of (project, table), kept before each of those
+caches empties (about 200 bytes a series: a table's own labels are shared with the receiver)."""
+
+
+_Columns = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]
+"""Series ids, microseconds since the epoch and values of samples to write."""
 
 
 class _Problem(NamedTuple):
@@ -124,6 +152,35 @@ class _Accepted:
     last: datetime
 
 
+@dataclass(slots=True)
+class _Block:
+    """A :class:`SampleColumns` whose series all passed validation and hold no NaN."""
+
+    columns: SampleColumns
+    identities: tuple[_Identity, ...]
+    """Of each series of the table."""
+    ids: npt.NDArray[np.int64] | None = None
+    """Series id of each series of the table (-1: refused by the cap), once resolved."""
+
+    def entries(self) -> list[_Accepted]:
+        """The series of the table that have samples, as the batches they mean would be
+        accepted (no samples attached: only resolving series needs them)."""
+        table = self.columns.table
+        return [
+            _Accepted(
+                metric=table.metrics[index],
+                labels=table.labels[index],
+                fingerprint=self.identities[index].fingerprint,
+                kind=self.identities[index].kind,
+                timestamps=(),
+                values=(),
+                first=_EPOCH,
+                last=_EPOCH,
+            )
+            for index in np.flatnonzero(self.columns.counts()).tolist()
+        ]
+
+
 class SampleWriter:
     """Writes :class:`SeriesBatch` objects of one project at a time into ``samples``."""
 
@@ -148,9 +205,16 @@ class SampleWriter:
         # checking its name and labels and hashing its fingerprint would cost far more than
         # COPYing the sample. Keyed by _identity_key; the values are facts that stay true.
         self._identities: dict[tuple[object, ...], _Identity] = {}
+        # The same for blocks (SampleColumns), by series table: None if one of its series does
+        # not pass (its blocks then go the batches' way). And each table's series ids by
+        # project, once all of them exist: a block of a known table costs no lookup per series.
+        self._tables: dict[SeriesTable, tuple[_Identity, ...] | None] = {}
+        self._tables_size = 0  # series in _tables
+        self._table_ids: dict[tuple[int, SeriesTable], npt.NDArray[np.int64]] = {}
+        self._table_ids_size = 0  # series in _table_ids
 
     def write(
-        self, project_id: int, batches: Iterable[SeriesBatch], *, max_series: int | None = None
+        self, project_id: int, batches: Iterable[Batch], *, max_series: int | None = None
     ) -> WriteResult:
         """Write ``batches`` for ``project_id`` (which must exist); ``max_series`` overrides
         the writer's series cap for this call (a project's own limit)."""
@@ -170,39 +234,141 @@ class SampleWriter:
                 gc.enable()
 
     def _write(
-        self, project_id: int, batches: Iterable[SeriesBatch], max_series: int | None
+        self, project_id: int, batches: Iterable[Batch], max_series: int | None
     ) -> WriteResult:
         result = WriteResult()
         identities = self._identities
-        accepted = [
-            item for batch in batches if (item := _validate(batch, result, identities)) is not None
-        ]
+        accepted: list[_Accepted | _Block] = []
+        for batch in batches:
+            if isinstance(batch, SampleColumns):
+                block = self._check_block(batch)
+                if block is not None:
+                    accepted.append(block)
+                    continue
+                # Not in bulk: the batches the block means, each checked as any other (so
+                # the same rejections, in the same order).
+                for each in batch.to_batches():
+                    if (item := _validate(each, result, identities)) is not None:
+                        accepted.append(item)
+            elif (item := _validate(batch, result, identities)) is not None:
+                accepted.append(item)
         if not accepted:
             return result
         cap = self.max_series_per_project if max_series is None else max_series
         # One connection for the whole call (each checkout pays a pre-ping round trip), with a
         # short transaction per step.
         with self.engine.connect() as connection:
-            ids = self._resolve_series(connection, project_id, accepted, cap, result)
-            work: list[tuple[int, Sequence[datetime], Sequence[float]]] = []
-            for item in accepted:
-                series_id = ids.get(item.fingerprint)
-                if series_id is None:
-                    result.rejected.append(_cap_rejection(item, project_id, cap))
+            wanted: list[_Accepted] = []
+            for part in accepted:
+                if isinstance(part, _Accepted):
+                    wanted.append(part)
                 else:
-                    work.append((series_id, item.timestamps, item.values))
-            if work:
-                written = [item for item in accepted if item.fingerprint in ids]
-                self._write_samples(connection, written, work)
-                result.samples_written = sum(len(values) for _, _, values in work)
+                    part.ids = self._table_ids.get((project_id, part.columns.table))
+                    if part.ids is None:
+                        wanted.extend(part.entries())
+            ids = self._resolve_series(connection, project_id, wanted, cap, result)
+            written: list[_Accepted] = []
+            work: list[tuple[int, Sequence[datetime], Sequence[float]]] = []
+            blocks: list[_Columns] = []
+            for part in accepted:
+                if isinstance(part, _Accepted):
+                    series_id = ids.get(part.fingerprint)
+                    if series_id is None:
+                        result.rejected.append(
+                            _cap_rejection(part, project_id, cap, len(part.values))
+                        )
+                    else:
+                        written.append(part)
+                        work.append((series_id, part.timestamps, part.values))
+                    continue
+                columns = part.columns
+                if part.ids is None:
+                    part.ids = self._block_ids(project_id, part, ids, cap, result)
+                series_ids = part.ids[columns.series]
+                if int(series_ids.min()) < 0:  # some refused by the cap
+                    kept = series_ids >= 0
+                    if kept.any():
+                        blocks.append(
+                            (series_ids[kept], columns.micros[kept], columns.values[kept])
+                        )
+                else:
+                    blocks.append((series_ids, columns.micros, columns.values))
+            if work or blocks:
+                self._write_samples(connection, written, work, blocks)
+                result.samples_written = sum(len(values) for _, _, values in work) + sum(
+                    len(values) for _, _, values in blocks
+                )
         return result
+
+    def _check_block(self, columns: SampleColumns) -> _Block | None:
+        """``columns`` ready to write in bulk, or ``None`` if it must go the batches' way: a
+        series that does not pass, or a NaN value (dropped and reported per series there)."""
+        if not len(columns) or bool(np.isnan(columns.values).any()):
+            return None
+        table = columns.table
+        if table in self._tables:
+            identities = self._tables[table]
+        else:
+            identities = _table_identities(table, self._identities)
+            # Bounded by series, not tables: a table may hold many.
+            if self._tables_size + len(table) > _TABLE_LIMIT:
+                self._tables.clear()
+                self._tables_size = 0
+            self._tables[table] = identities
+            self._tables_size += len(table)
+        return None if identities is None else _Block(columns, identities)
+
+    def _block_ids(
+        self,
+        project_id: int,
+        block: _Block,
+        ids: Mapping[str, int],
+        cap: int,
+        result: WriteResult,
+    ) -> npt.NDArray[np.int64]:
+        """The series id of each series of ``block``'s table (-1 where the cap refused it, with
+        the rejection recorded as for its batch); remembered once all of them exist."""
+        table = block.columns.table
+        found = np.array(
+            [ids.get(identity.fingerprint, -1) for identity in block.identities], dtype=np.int64
+        )
+        refused = np.flatnonzero(found < 0)
+        if len(refused):
+            counts = block.columns.counts()
+            for index in refused.tolist():
+                if counts[index]:
+                    entry = _Accepted(
+                        table.metrics[index],
+                        table.labels[index],
+                        block.identities[index].fingerprint,
+                        block.identities[index].kind,
+                        (),
+                        (),
+                        _EPOCH,
+                        _EPOCH,
+                    )
+                    result.rejected.append(
+                        _cap_rejection(entry, project_id, cap, int(counts[index]))
+                    )
+        else:
+            if self._table_ids_size + len(found) > _TABLE_LIMIT:
+                self._table_ids.clear()
+                self._table_ids_size = 0
+            self._table_ids[(project_id, table)] = found
+            self._table_ids_size += len(found)
+        return found
 
     def forget(self, project_id: int | None = None) -> None:
         """Empty the caches (of one project's series, or of everything). Call it after deleting
         series or dropping partitions through anything but this writer's process."""
         if project_id is None:
             self._series_ids.clear()
+            self._table_ids.clear()
+            self._table_ids_size = 0
         else:
+            for table_key in [key for key in list(self._table_ids) if key[0] == project_id]:
+                dropped = self._table_ids.pop(table_key, None)
+                self._table_ids_size -= 0 if dropped is None else len(dropped)
             # Snapshot the keys first: another thread may be adding to the cache meanwhile.
             for key in [key for key in list(self._series_ids) if key[0] == project_id]:
                 self._series_ids.pop(key, None)
@@ -220,6 +386,8 @@ class SampleWriter:
     ) -> dict[str, int]:
         """Ids by fingerprint; a series missing from the answer was refused by the cap."""
         ids: dict[str, int] = {}
+        if not accepted:
+            return ids
         missing: dict[str, _Accepted] = {}
         for item in accepted:
             series_id = self._series_ids.get((project_id, item.fingerprint))
@@ -246,25 +414,28 @@ class SampleWriter:
         connection: Connection,
         accepted: list[_Accepted],
         work: list[tuple[int, Sequence[datetime], Sequence[float]]],
+        blocks: list[_Columns],
     ) -> None:
         if not self._postgres:
             with connection.begin():
-                _insert_sqlite(connection, work)
+                _insert_sqlite(connection, work, blocks)
             return
-        self._ensure_partitions(connection, accepted)
+        needed = _needed_partitions(accepted, self.partition_days)
+        needed |= _block_partitions(blocks, self.partition_days)
+        self._ensure_partitions(connection, needed)
         try:
             with connection.begin():
-                _copy_postgres(connection, work)
+                _copy_postgres(connection, work, blocks)
         except psycopg.errors.CheckViolation:
             # "no partition of relation samples found for row": a partition this writer had
             # cached was dropped (retention). Forget what we knew, create it again, retry once.
             self._partitions.clear()
-            self._ensure_partitions(connection, accepted)
+            self._ensure_partitions(connection, needed)
             with connection.begin():
-                _copy_postgres(connection, work)
+                _copy_postgres(connection, work, blocks)
 
-    def _ensure_partitions(self, connection: Connection, accepted: list[_Accepted]) -> None:
-        needed = _needed_partitions(accepted, self.partition_days) - self._partitions
+    def _ensure_partitions(self, connection: Connection, needed: set[int]) -> None:
+        needed = needed - self._partitions
         if not needed:
             return
         width = timedelta(days=self.partition_days)
@@ -331,6 +502,29 @@ def _identity_key(batch: SeriesBatch) -> tuple[object, ...] | None:
         return None
     # Flat, so that hashing it combines the strings' cached hashes and builds no pair tuples.
     return (batch.metric, batch.kind, *chain.from_iterable(labels.items()))
+
+
+def _table_identities(
+    table: SeriesTable, identities: dict[tuple[object, ...], _Identity]
+) -> tuple[_Identity, ...] | None:
+    """The identity of each series of ``table``, by the checks a batch of it would pass (and
+    the cache they share); ``None`` if one would not."""
+    found: list[_Identity] = []
+    for metric, labels, kind in zip(table.metrics, table.labels, table.kinds, strict=True):
+        probe = SeriesBatch(metric, labels, (), (), kind)
+        key = _identity_key(probe)
+        identity = None
+        if key is not None:
+            try:
+                identity = identities.get(key)
+            except TypeError:
+                key = None
+        if identity is None:
+            if _identity_problem(probe) is not None:
+                return None
+            identity = _learn(identities, key, probe)
+        found.append(identity)
+    return tuple(found)
 
 
 def _learn(
@@ -493,11 +687,11 @@ def _drop_nan(batch: SeriesBatch, result: WriteResult) -> tuple[list[datetime], 
     return [ts for ts, _ in kept], [value for _, value in kept]
 
 
-def _cap_rejection(item: _Accepted, project_id: int, cap: int) -> Rejection:
+def _cap_rejection(item: _Accepted, project_id: int, cap: int, samples: int) -> Rejection:
     return Rejection(
         item.metric,
         item.labels,
-        len(item.values),
+        samples,
         f"series limit reached: project {project_id} may have at most {cap} series "
         f"(max_series_per_project={cap}); this new series was not created",
         RejectionCode.SERIES_LIMIT,
@@ -606,27 +800,60 @@ def _lock_project(connection: Connection, project_id: int) -> None:
 
 
 def _copy_postgres(
-    connection: Connection, work: list[tuple[int, Sequence[datetime], Sequence[float]]]
+    connection: Connection,
+    work: list[tuple[int, Sequence[datetime], Sequence[float]]],
+    blocks: list[_Columns],
 ) -> None:
     driver = cast("psycopg.Connection[Any]", connection.connection.driver_connection)
-    with driver.cursor() as cursor, cursor.copy(_COPY_SQL) as copy:
-        copy.set_types(_COPY_TYPES)
-        ids, timestamps, values = zip(*work, strict=True)
-        # zip/repeat build the row tuples in C, chain strings the batches together, and
-        # deque(maxlen=0) drains map() without a Python-level loop, not even one per batch
-        # (a collector's batches are often one sample each): the per-sample cost is psycopg's
-        # C encoder and nothing else.
-        rows = chain.from_iterable(map(zip, map(repeat, ids), timestamps, values))
-        deque(map(copy.write_row, rows), maxlen=0)
+    if work:
+        with driver.cursor() as cursor, cursor.copy(_COPY_SQL) as copy:
+            copy.set_types(_COPY_TYPES)
+            ids, timestamps, values = zip(*work, strict=True)
+            # zip/repeat build the row tuples in C, chain strings the batches together, and
+            # deque(maxlen=0) drains map() without a Python-level loop, not even one per
+            # batch (a collector's batches are often one sample each): the per-sample cost is
+            # psycopg's C encoder and nothing else.
+            rows = chain.from_iterable(map(zip, map(repeat, ids), timestamps, values))
+            deque(map(copy.write_row, rows), maxlen=0)
+    if blocks:
+        # Blocks as COPY's binary format made whole by numpy: no Python object per sample.
+        # A COPY of its own, since psycopg's row mode buffers rows that raw data would pass.
+        with driver.cursor() as cursor, cursor.copy(_COPY_SQL) as copy:
+            copy.write(_BINARY_SIGNATURE)
+            for series_ids, micros, block_values in blocks:
+                copy.write(_binary_rows(series_ids, micros, block_values))
+            copy.write(_BINARY_TRAILER)
+
+
+def _binary_rows(
+    series_ids: npt.NDArray[np.int64],
+    micros: npt.NDArray[np.int64],
+    values: npt.NDArray[np.float64],
+) -> bytes:
+    rows = np.empty(len(values), dtype=_BINARY_ROW)
+    rows["fields"] = 3
+    rows["id_size"] = rows["ts_size"] = rows["value_size"] = 8
+    rows["id"] = series_ids
+    rows["ts"] = micros - _POSTGRES_EPOCH_US
+    rows["value"] = values
+    return rows.tobytes()
 
 
 def _insert_sqlite(
-    connection: Connection, work: list[tuple[int, Sequence[datetime], Sequence[float]]]
+    connection: Connection,
+    work: list[tuple[int, Sequence[datetime], Sequence[float]]],
+    blocks: list[_Columns],
 ) -> None:
     driver = cast(sqlite3.Connection, connection.connection.driver_connection)
-    rows = chain.from_iterable(
-        zip(repeat(series_id), map(_micros, timestamps), values)
-        for series_id, timestamps, values in work
+    rows = chain(
+        chain.from_iterable(
+            zip(repeat(series_id), map(_micros, timestamps), values)
+            for series_id, timestamps, values in work
+        ),
+        chain.from_iterable(
+            zip(series_ids.tolist(), micros.tolist(), values.tolist(), strict=True)
+            for series_ids, micros, values in blocks
+        ),
     )
     cursor = driver.cursor()
     try:
@@ -662,6 +889,18 @@ def _needed_partitions(accepted: list[_Accepted], partition_days: int) -> set[in
             # Only a batch crossing a boundary pays a per-sample look, and only for its own
             # partitions: a stray old sample must not create every partition in between.
             needed.update(partition_index(ts, partition_days) for ts in item.timestamps)
+    return needed
+
+
+def _block_partitions(blocks: list[_Columns], partition_days: int) -> set[int]:
+    needed: set[int] = set()
+    width = _DAY_US * partition_days
+    for _, micros, _ in blocks:
+        first, last = int(micros.min()) // width, int(micros.max()) // width
+        if first == last:
+            needed.add(first)
+        else:
+            needed.update(np.unique(micros // width).tolist())
     return needed
 
 
