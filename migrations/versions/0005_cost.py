@@ -38,10 +38,13 @@ depends_on: str | Sequence[str] | None = None
 
 # Each function is one SQL statement marked STABLE, so PostgreSQL inlines it into the panel's
 # query: the panel's WHERE on labels reaches the series scan, and the branches whose
-# resolution was not picked are pruned as one-time filters. Grouping per series inside the
-# lateral subquery keeps the work per series small; a panel that grouped the partial rows of
-# all series itself would hash and sort them by Grafana's numeric time expression and a text
-# name, which cost three times as much for a week of 1,000 series.
+# resolution was not picked are pruned as one-time filters. The function groups by
+# (bucket, series id) once over the rows of all selected series (read per series through the
+# lateral, as index range scans): PostgreSQL sorts them in that order and aggregates, so a
+# panel's ORDER BY bucket, series_id needs no second sort. Grouping each series inside the
+# lateral instead (a hash per series, then a sort of the whole result) took about 15% more
+# server time for a week of 1,000 series; a panel grouping the rows itself by Grafana's
+# numeric time and a text name took three times as long.
 _WATERMARK = """
 CREATE FUNCTION tuneloop_watermark(p_resolution_s integer) RETURNS timestamptz
 LANGUAGE sql STABLE AS $fn$
@@ -69,48 +72,45 @@ CREATE FUNCTION tuneloop_series(
     series_id bigint, labels jsonb, bucket timestamptz, avg double precision,
     min double precision, max double precision, sum double precision, count bigint
 ) LANGUAGE sql STABLE AS $fn$
-    SELECT s.id, s.labels, g.bucket, g.sum / g.count, g.min, g.max, g.sum, g.count
+    SELECT s.id, s.labels,
+           date_bin(
+               make_interval(secs => greatest(
+                   p_interval_ms / 1000.0, tuneloop_resolution(p_from, p_to, p_interval_ms))),
+               r.bucket, 'epoch'::timestamptz) AS bucket,
+           sum(r.sum) / sum(r.count), min(r.min), max(r.max), sum(r.sum), sum(r.count)::bigint
     FROM series AS s
     JOIN projects AS p ON p.id = s.project_id
     CROSS JOIN LATERAL (
-        SELECT date_bin(
-                   make_interval(secs => greatest(
-                       p_interval_ms / 1000.0, tuneloop_resolution(p_from, p_to, p_interval_ms))),
-                   r.bucket, 'epoch'::timestamptz) AS bucket,
-               sum(r.count)::bigint AS count, sum(r.sum) AS sum,
-               min(r.min) AS min, max(r.max) AS max
-        FROM (
-            SELECT h.bucket, h.count, h.sum, h.min, h.max
-            FROM samples_1h AS h
-            WHERE tuneloop_resolution(p_from, p_to, p_interval_ms) = 3600
-              AND h.series_id = s.id
-              AND h.bucket >= date_bin('1 hour', p_from, 'epoch'::timestamptz)
-              AND h.bucket <= p_to
-              AND h.bucket < tuneloop_watermark(3600)
-            UNION ALL
-            SELECT m.bucket, m.count, m.sum, m.min, m.max
-            FROM samples_1m AS m
-            WHERE tuneloop_resolution(p_from, p_to, p_interval_ms) >= 60
-              AND m.series_id = s.id
-              AND m.bucket >= date_bin('1 minute', p_from, 'epoch'::timestamptz)
-              AND m.bucket >= CASE WHEN tuneloop_resolution(p_from, p_to, p_interval_ms) = 3600
-                                   THEN tuneloop_watermark(3600)
-                                   ELSE '-infinity'::timestamptz END
-              AND m.bucket <= p_to
-              AND m.bucket < tuneloop_watermark(60)
-            UNION ALL
-            SELECT x.ts, 1, x.value, x.value, x.value
-            FROM samples AS x
-            WHERE x.series_id = s.id
-              AND x.ts >= p_from
-              AND x.ts >= CASE WHEN tuneloop_resolution(p_from, p_to, p_interval_ms) >= 60
-                               THEN tuneloop_watermark(60)
+        SELECT h.bucket, h.count, h.sum, h.min, h.max
+        FROM samples_1h AS h
+        WHERE tuneloop_resolution(p_from, p_to, p_interval_ms) = 3600
+          AND h.series_id = s.id
+          AND h.bucket >= date_bin('1 hour', p_from, 'epoch'::timestamptz)
+          AND h.bucket <= p_to
+          AND h.bucket < tuneloop_watermark(3600)
+        UNION ALL
+        SELECT m.bucket, m.count, m.sum, m.min, m.max
+        FROM samples_1m AS m
+        WHERE tuneloop_resolution(p_from, p_to, p_interval_ms) >= 60
+          AND m.series_id = s.id
+          AND m.bucket >= date_bin('1 minute', p_from, 'epoch'::timestamptz)
+          AND m.bucket >= CASE WHEN tuneloop_resolution(p_from, p_to, p_interval_ms) = 3600
+                               THEN tuneloop_watermark(3600)
                                ELSE '-infinity'::timestamptz END
-              AND x.ts <= p_to
-        ) AS r
-        GROUP BY 1
-    ) AS g
+          AND m.bucket <= p_to
+          AND m.bucket < tuneloop_watermark(60)
+        UNION ALL
+        SELECT x.ts, 1, x.value, x.value, x.value
+        FROM samples AS x
+        WHERE x.series_id = s.id
+          AND x.ts >= p_from
+          AND x.ts >= CASE WHEN tuneloop_resolution(p_from, p_to, p_interval_ms) >= 60
+                           THEN tuneloop_watermark(60)
+                           ELSE '-infinity'::timestamptz END
+          AND x.ts <= p_to
+    ) AS r
     WHERE p.name = p_project AND s.metric = p_metric
+    GROUP BY 3, s.id
 $fn$
 """
 
