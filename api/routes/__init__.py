@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.routes import health, jobs, metrics, otlp, projects, series, tokens
+from api.routes import actuators, agents, health, jobs, metrics, otlp, projects, series, tokens
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -16,6 +16,8 @@ ROUTERS: tuple[APIRouter, ...] = (
     projects.router,
     tokens.router,
     jobs.router,
+    agents.router,
+    actuators.router,
     series.router,
     otlp.router,
 )

@@ -33,6 +33,7 @@ from api.schemas import (
 from api.services import jobs as job_service
 from api.services.jobs import ConfigKind, JobStatus
 from tuneloop import accounts
+from tuneloop.accounts import InvalidInput
 from tuneloop.storage.models import ApiToken, Job, Project
 
 router = APIRouter(
@@ -140,6 +141,8 @@ def set_desired_config(
 ) -> ConfigVersionOut:
     """Stores ``config`` as desired version previous + 1 (the first is 1) and returns it."""
     require(accounts.can_write_desired_config(token), "agent tokens only report observed config")
+    if body.source == job_service.ACTUATOR_SOURCE:
+        raise InvalidInput(f"source {body.source!r} is reserved for the actuator's own versions")
     return _write_config(session, token, project, job, "desired", body)
 
 
