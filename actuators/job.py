@@ -221,7 +221,17 @@ def _apply(
 ) -> None:
     if decision.action == "release":
         assert decision.version is not None
-        _release(session, job, row, policy, decision.version, "goal", now)
+        version = decision.version
+        if row.released_version is not None and version < row.released_version:
+            # Steps overtook the goal's number: released versions only grow, so that agents
+            # can ask for "newer than what I run", hence a copy of the goal under a new number.
+            goal = job_service.config_version(session, job, "desired", version)
+            assert goal is not None
+            copy = job_service.append_config(
+                session, job, "desired", goal.config, source=job_service.ACTUATOR_SOURCE
+            )
+            version = copy.version
+        _release(session, job, row, policy, version, "goal", now)
     elif decision.action == "step":
         assert decision.config is not None
         step = job_service.append_config(

@@ -370,8 +370,10 @@ def decide(policy: ActuationPolicy, view: View) -> Decision:
     goal = view.goal
     if goal is None:
         return Decision("none", "no_goal", "no desired config yet")
-    if view.released is not None and view.released.number == goal.number:
-        return Decision("none", "in_sync", f"version {goal.number} released")
+    if view.released is not None and (
+        view.released.number == goal.number or dict(view.released.config) == dict(goal.config)
+    ):
+        return Decision("none", "in_sync", f"desired version {goal.number} is what runs")
     problems = policy.bound_problems(goal.config)
     if problems:
         return Decision(

@@ -97,14 +97,13 @@ def test_runner_waits_for_the_running_task_on_stop() -> None:
 
 
 def test_runner_uses_the_one_registry() -> None:
-    settings = load_settings(maintenance_interval_s=7)
+    settings = load_settings(maintenance_interval_s=7, actuator_interval_s=3)
     runner = InProcessRunner.for_settings(settings)
     assert runner.tasks == periodic_tasks(settings)
-    assert {task.name for task in runner.tasks} == {
-        "tuneloop.maintenance.rollups",
-        "tuneloop.maintenance.retention",
-    }
-    assert all(task.interval_s == 7 for task in runner.tasks)
+    intervals = {task.name: task.interval_s for task in runner.tasks}
+    assert intervals["tuneloop.maintenance.rollups"] == 7
+    assert intervals["tuneloop.maintenance.retention"] == 7
+    assert intervals["tuneloop.actuators.reconcile"] == 3
 
 
 def test_a_periodic_task_needs_a_positive_interval() -> None:
@@ -116,7 +115,9 @@ def test_a_periodic_task_needs_a_positive_interval() -> None:
 
 
 def test_beat_schedule_entries_all_expire() -> None:
-    settings = load_settings(redis_url="redis://127.0.0.1:6379/15", maintenance_interval_s=30)
+    settings = load_settings(
+        redis_url="redis://127.0.0.1:6379/15", maintenance_interval_s=30, actuator_interval_s=30
+    )
     celery = create_app(settings)
     schedule = celery.conf.beat_schedule
 

@@ -46,6 +46,8 @@ class Settings(BaseSettings):
     """Width of one PostgreSQL samples partition."""
     maintenance_interval_s: float = Field(default=60.0, gt=0)
     """How often rollups and retention run."""
+    actuator_interval_s: float = Field(default=5.0, gt=0)
+    """How often the job actuator reconciles every job (agents' long-polls also do, at once)."""
 
     sources: Annotated[tuple[str, ...], NoDecode] = ("auto",)
     """What the collector polls: specs such as ``host``, ``nvml``, ``dcgm[=HOST[:PORT]]``,

@@ -23,8 +23,12 @@ class PeriodicTask:
 
 
 def periodic_tasks(settings: Settings) -> tuple[PeriodicTask, ...]:
+    # Imported here: the actuator's task pulls in the API's services, which import this module.
+    from actuators.tasks import run_reconcile
+
     every = settings.maintenance_interval_s
     return (
         PeriodicTask("tuneloop.maintenance.rollups", maintenance.run_rollups, every),
         PeriodicTask("tuneloop.maintenance.retention", maintenance.run_retention, every),
+        PeriodicTask("tuneloop.actuators.reconcile", run_reconcile, settings.actuator_interval_s),
     )
