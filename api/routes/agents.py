@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Response, status
+from fastapi import APIRouter, Depends, Path, Query, Request, Response, status
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
@@ -186,6 +186,7 @@ def _check(
     responses={204: {"description": "No newer version within the timeout"}},
 )
 async def next_config(
+    request: Request,
     ref: Annotated[_JobRef, Depends(_resolve_job)],
     runtime: RuntimeDep,
     after: Annotated[int, Query(ge=0, description="The version the job runs (0: none)")] = 0,
@@ -207,7 +208,7 @@ async def next_config(
             if found is not None:
                 return Response(found.model_dump_json(), media_type="application/json")
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or await request.is_disconnected():
                 return Response(status_code=status.HTTP_204_NO_CONTENT)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), timeout=min(remaining, RECHECK_S))

@@ -155,7 +155,7 @@ def test_long_poll_is_woken_by_a_desired_write(
     assert response.status_code == 200
     assert response.json()["version"] == 2
     assert response.json()["config"] == {"batch_size": 64}
-    assert time.monotonic() - written < 2
+    assert time.monotonic() - written < 10  # far below RECHECK_S: the wake-up answered
 
 
 def test_long_poll_sees_writes_of_other_processes(
