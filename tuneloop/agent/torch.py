@@ -38,6 +38,7 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch._C._distributed_c10d import GradBucket  # what dist.GradBucket is
 from torch.nn.parallel import DistributedDataParallel
 
 from tuneloop.agent.agent import Agent
@@ -62,7 +63,7 @@ class _NoiseState:
     global_sq: float = 0.0
 
 
-def _noise_hook(state: _NoiseState, bucket: Any) -> torch.futures.Future[torch.Tensor]:
+def _noise_hook(state: _NoiseState, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
     """All-reduce (mean) a gradient bucket as DDP does, recording this rank's local squared
     norm before and the averaged one after, when the step measures the noise scale."""
     buffer: torch.Tensor = bucket.buffer()
@@ -80,6 +81,11 @@ def _noise_hook(state: _NoiseState, bucket: Any) -> torch.futures.Future[torch.T
 
     chained: torch.futures.Future[torch.Tensor] = future.then(averaged)
     return chained
+
+
+# DDP compares the annotations with the classes themselves; postponed annotations are strings.
+_noise_hook.__annotations__["bucket"] = GradBucket
+_noise_hook.__annotations__["return"] = torch.futures.Future[torch.Tensor]
 
 
 def gpu_uuid() -> list[str]:
