@@ -13,7 +13,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from actuators.job import ReconcileConflict, needs_reconcile, reconcile_job
+from actuators.job import ReconcileConflict, begin_write, needs_reconcile, reconcile_job
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import Job, JobConfig
 
@@ -45,6 +45,11 @@ def reconcile_all(
             with session_scope(sessions) as session:
                 job = session.get(Job, job_id)
                 if job is None or not needs_reconcile(session, job):
+                    continue
+            with session_scope(sessions) as session:
+                begin_write(session)
+                job = session.get(Job, job_id)
+                if job is None:
                     continue
                 action = reconcile_job(session, job, now=now).action
         except ReconcileConflict:

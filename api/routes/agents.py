@@ -22,7 +22,13 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from actuators.job import ReconcileConflict, adopt_initial, needs_reconcile, reconcile_job
+from actuators.job import (
+    ReconcileConflict,
+    adopt_initial,
+    begin_write,
+    needs_reconcile,
+    reconcile_job,
+)
 from api.deps import (
     API_PREFIX,
     AUTH_ERRORS,
@@ -165,12 +171,21 @@ def _check(
         job = session.get(Job, ref.job_id)
         if job is None:
             raise NotFound(f"job {ref.name!r} not found")
-        if needs_reconcile(session, job):
+        due = needs_reconcile(session, job)
+    if due:
+        with session_scope(runtime.sessions) as session:
+            begin_write(session)
+            job = session.get(Job, ref.job_id)
             try:
-                with session.begin_nested():
-                    reconcile_job(session, job)
+                if job is not None:
+                    with session.begin_nested():
+                        reconcile_job(session, job)
             except ReconcileConflict:
                 pass  # another reconciler acted; what it released is read below
+    with session_scope(runtime.sessions) as session:
+        job = session.get(Job, ref.job_id)
+        if job is None:
+            raise NotFound(f"job {ref.name!r} not found")
         if agent_id is not None:
             agent = agent_service.agent_of_job(session, job, agent_id)
             agent_service.touch(agent)

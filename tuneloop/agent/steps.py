@@ -10,6 +10,7 @@ in batches off the training thread, so a step costs a few tens of microseconds.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -52,9 +53,15 @@ class StepTracer:
         span_processor: SpanProcessor | None = None,
         metric_reader: MetricReader | None = None,
         export_interval_s: float = 1.0,
+        phase_every: int = 1,
     ) -> None:
         """Exports to ``url`` (the API's base URL) with ``token``, or to the given
-        ``span_processor``/``metric_reader`` (tests, or an exporter of one's own)."""
+        ``span_processor``/``metric_reader`` (tests, or an exporter of one's own).
+        ``phase_every``: time phases only on steps whose number is a multiple of it (every
+        step still gets its step span); tuneloop aggregates phases over time anyway."""
+        if phase_every < 1:
+            raise ValueError(f"phase_every must be >= 1, got {phase_every}")
+        self.phase_every = phase_every
         attributes: dict[str, Any] = {
             "service.name": job,
             "tuneloop.job": job,
@@ -146,7 +153,10 @@ class StepSpan:
         self._context = set_span_in_context(self._span)
         return self
 
-    def phase(self, name: str) -> PhaseSpan:
+    def phase(self, name: str) -> PhaseSpan | nullcontext[None]:
+        every = self._tracer.phase_every
+        if every > 1 and (self.number is None or self.number % every):
+            return _NO_PHASE
         span_name = self._tracer._phase_names.get(name) or f"tuneloop.phase.{name}"
         return PhaseSpan(self._tracer, span_name, self._context)
 
@@ -167,6 +177,9 @@ class StepSpan:
         if exc is not None:
             span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))  # not timed, by contract
         span.end()
+
+
+_NO_PHASE: nullcontext[None] = nullcontext()
 
 
 class PhaseSpan:
