@@ -1,19 +1,21 @@
 """The job agent's cost to a training job, measured against a live control plane.
 
 1. **Overhead on a step.** A stand-in training step of fixed work (numpy matrix products,
-   calibrated to ``--step-ms``, default 20 ms of CPU) runs in blocks, alternately bare and
-   instrumented, in the same process and run; the ratio of the blocks' mean step times is the
-   overhead. Instrumented = what :class:`tuneloop.agent.torch.TunedTraining` does per step in
-   one process: the step-boundary check for a new config, a ``tuneloop.step`` span with four
-   phase spans, exported by the real OTLP/HTTP exporter to the API (the exporter's thread
-   competes for the same CPUs, as in a job).
+   calibrated to ``--step-ms``, default 20 ms of CPU, one BLAS thread) runs in blocks,
+   alternately bare and instrumented, in the same process and run; the ratio of the blocks'
+   CPU time per step (of the training thread) is the overhead. Instrumented = what the agent
+   does per step in one process: the step-boundary check for a new config, a
+   ``tuneloop.step`` span and, every 10th step, four phase spans, exported by the real
+   OTLP/HTTP exporter (on its own thread) to the API. On a busy machine the block ratio is
+   noisier than the effect, so the same loop with empty phases also measures the agent's
+   per-step CPU alone, reported as a share of the bare step's CPU from the same run.
 2. **Time from a new desired version to the job running it.** The same loop with the agent
    subscribed; the bench writes a new desired config through the API (``PUT .../config``) and
    times until the step that runs it begins. Reported minus one step time; target < 1 s.
 
-The API (real app, uvicorn, write pipeline) runs in this process on a temporary SQLite store::
+The API is ``tuneloop api`` in a child process on a temporary SQLite store::
 
-    .venv/bin/python bench/agent_overhead.py              # 8 blocks of 100 steps, 10 changes
+    .venv/bin/python bench/agent_overhead.py              # 8 block pairs of 100 steps, 10 changes
     .venv/bin/python bench/agent_overhead.py --quick
 """
 
@@ -136,6 +138,17 @@ def overhead(work: Callable[[], None], agent: Agent, blocks: int, steps: int) ->
     return ratios
 
 
+def noop() -> None:
+    pass
+
+
+def instrumentation_only(agent: Agent, steps: int) -> float:
+    """CPU time per step of the agent's per-step work alone (no training work), the same
+    instrumented loop with empty phases: the cost that the block ratios are noisy about."""
+    run_block(noop, steps, agent, 0)  # warm
+    return statistics.median(run_block(noop, steps, agent, i * steps) for i in range(1, 6))
+
+
 def change_latency(
     work: Callable[[], None], agent: Agent, url: str, member: str, job: str, changes: int
 ) -> tuple[list[float], float]:
@@ -199,13 +212,19 @@ def run(args: argparse.Namespace) -> None:
             agent.pending()
             time.sleep(0.01)
         ratios = overhead(work, agent, args.blocks, args.steps)
+        bare_step = statistics.median(run_block(work, args.steps, None, 0) for _ in range(3))
+        alone = instrumentation_only(agent, 1000)
         latencies, step_s = change_latency(work, agent, url, member, "bench-job", args.changes)
         agent.close()
     bare = statistics.median(ratios)
-    print(f"step work: {args.step_ms:.0f} ms target, measured step {step_s * 1000:.1f} ms")
+    print(f"step work: {args.step_ms:.0f} ms of CPU; wall time per step {step_s * 1000:.1f} ms")
     print(
         f"overhead: median {bare * 100:+.2f}% over {len(ratios)} block pairs "
         f"(min {min(ratios) * 100:+.2f}%, max {max(ratios) * 100:+.2f}%)"
+    )
+    print(
+        f"instrumentation alone: {alone * 1e6:.0f} us CPU per step = "
+        f"{alone / bare_step * 100:.2f}% of the bare step's {bare_step * 1000:.1f} ms CPU"
     )
     over = sorted(lat - step_s for lat in latencies)
     print(
