@@ -11,6 +11,7 @@ loser's transaction fails with :class:`ReconcileConflict` and changes nothing.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -42,6 +43,9 @@ log = logging.getLogger(__name__)
 
 ACTOR = "actuator"
 """How the actuator appears in the audit log."""
+
+RECENT = timedelta(minutes=5)
+"""A job that reported its objective this recently is one that reports it."""
 
 _AUDITED = frozenset({"release", "step", "confirm", "rollback", "refuse", "dry_run"})
 
@@ -209,6 +213,13 @@ def reconcile_job(session: Session, job: Job, *, now: datetime | None = None) ->
             start + timedelta(seconds=policy.verify.window_s),
         )
         view = View(**{**_fields(view), "after": after})
+    elif (
+        policy.verify.enabled
+        and view.goal is not None
+        and view.released is not None
+        and view.goal.number != view.released.number
+    ):
+        view = View(**{**_fields(view), "before": _baseline(session, job, row, policy, now)})
     decision = decide(policy, view)
     _apply(session, job, row, policy, decision, now)
     try:
@@ -285,6 +296,20 @@ def _apply(
         log.info("job %s: %s", job.name, decision.message)
 
 
+def _baseline(
+    session: Session, job: Job, row: JobActuator, policy: ActuationPolicy, now: datetime
+) -> Stats | None:
+    """The objective of the running config: the last window, but not before the previous
+    change settled."""
+    start = now - timedelta(seconds=policy.verify.window_s)
+    if row.changed_at is not None:
+        start = max(start, row.changed_at + timedelta(seconds=policy.verify.settle_s))
+    stats = measure(session, job, policy.verify.metric, start, now)
+    if stats is None and measure(session, job, policy.verify.metric, now - RECENT, now):
+        return Stats(math.nan, math.inf, 0)  # it reports, but nothing of this config yet
+    return stats
+
+
 def _release(
     session: Session,
     job: Job,
@@ -296,12 +321,7 @@ def _release(
 ) -> None:
     baseline = None
     if policy.verify.enabled:
-        # The objective before the change: the last window, but not before the previous
-        # change settled.
-        start = now - timedelta(seconds=policy.verify.window_s)
-        if row.changed_at is not None:
-            start = max(start, row.changed_at + timedelta(seconds=policy.verify.settle_s))
-        stats = measure(session, job, policy.verify.metric, start, now)
+        stats = _baseline(session, job, row, policy, now)
         baseline = stats.to_dict() if stats is not None else None
     job_service.release(session, job, version, reason)
     row.released_version = version

@@ -21,6 +21,10 @@ from typing import Any, Literal
 Direction = Literal["maximize", "minimize"]
 Action = Literal["none", "release", "step", "wait", "refuse", "dry_run", "confirm", "rollback"]
 
+GRACE_WINDOWS = 2
+"""Measurements reach the store seconds late (exporter batches, the write pipeline, a busy
+host): how many more windows to wait for them before deciding without them."""
+
 LEARNING_RATE = "learning_rate"
 """Follows the batch: when a step clamps the batch, the learning rate is interpolated too."""
 
@@ -267,6 +271,9 @@ class View:
     """The objective before the last change (``None``: nothing to verify against)."""
     after: Stats | None = None
     """The objective since the last change settled; read only when :func:`verification_due`."""
+    before: Stats | None = None
+    """The objective of the running config so far (the baseline a change would get); read
+    only when a change is wanted. ``None``: the job reports no such measurements."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,6 +338,15 @@ def decide(policy: ActuationPolicy, view: View) -> Decision:
             )
         after = view.after
         if after is None or after.n < verify.min_samples or not math.isfinite(after.stderr):
+            if view.now < due + GRACE_WINDOWS * verify.window_s:
+                # Measurements reach the store seconds late (exporter batches, the write
+                # pipeline): give them one more window before judging without them.
+                return Decision(
+                    "wait",
+                    "awaiting_measurements",
+                    f"waiting for measurements of version {view.released.number}",
+                    retry_at=due + GRACE_WINDOWS * verify.window_s,
+                )
             # No evidence either way (the job sends no step timings): keep the change.
             return Decision(
                 "confirm",
@@ -396,6 +412,18 @@ def decide(policy: ActuationPolicy, view: View) -> Decision:
             "awaiting_approval",
             f"desired version {goal.number} waits for approval",
         )
+    before = view.before
+    if verify.enabled and view.changed_at is not None and before is not None:
+        hold_until = verify.due_at(view.changed_at) + GRACE_WINDOWS * verify.window_s
+        if before.n < verify.min_samples and view.now < hold_until:
+            # The job reports measurements, but too few yet of the running config to verify
+            # a change against (it just changed, or its measurements are late).
+            return Decision(
+                "wait",
+                "measuring_baseline",
+                "measuring the running config before changing it",
+                retry_at=hold_until,
+            )
     step = _step_towards(policy, view.released, goal)
     if policy.dry_run:
         what = "release version" if step is None else "step towards version"

@@ -173,9 +173,16 @@ CASES = [
         config=dict(V1.config),
     ),
     Case(
-        "too few measurements: kept unverified",
+        "too few measurements yet: wait for late ones",
         settled(
             goal=V3, released=V3, changed_at=NOW - 40, baseline=GOOD, after=Stats(10.0, 1.0, 2)
+        ),
+        ("wait", "awaiting_measurements"),
+    ),
+    Case(
+        "still too few a window later: kept unverified",
+        settled(
+            goal=V3, released=V3, changed_at=NOW - 96, baseline=GOOD, after=Stats(10.0, 1.0, 2)
         ),
         ("confirm", "unverified"),
         version=3,
@@ -203,6 +210,17 @@ CASES = [
             "after": Stats(1.0, 1.0, 30),
         },
         ("confirm", "verified"),
+        version=3,
+    ),
+    Case(
+        "measurements too few for a baseline: wait",
+        settled(goal=V3, changed_at=NOW - 10, before=Stats(900.0, 5.0, 2)),
+        ("wait", "measuring_baseline"),
+    ),
+    Case(
+        "a job without measurements is not held",
+        settled(goal=V3, changed_at=NOW - 10),
+        ("release", "goal"),
         version=3,
     ),
     Case(

@@ -113,7 +113,7 @@ def test_two_rank_ddp_job_applies_changes_at_one_step_and_rolls_back_a_bad_one(
             until(lambda v=version: observed() == v, 40, f"version {version} ran", job)  # type: ignore[misc]
         bad = desire(BAD)
         # Released once the previous change is verified, measured, then rolled back.
-        until(lambda: observed() > bad, 60, "the bad config was rolled back", job)
+        until(lambda: observed() > bad, 90, "the bad config was rolled back", job)
         stop.touch()
         assert [process.wait(60) for process in ranks_running] == [0, 0]
     finally:
