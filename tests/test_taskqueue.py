@@ -102,6 +102,7 @@ def test_runner_uses_the_one_registry() -> None:
         tuner_interval_s=3,
         alerts_eval_interval_s=5,
         alerts_notify_interval_s=2,
+        actuator_interval_s=4,
     )
     runner = InProcessRunner.for_settings(settings)
     assert runner.tasks == periodic_tasks(settings)
@@ -111,6 +112,7 @@ def test_runner_uses_the_one_registry() -> None:
         "tuneloop.tuner.dispatch": 3,
         "tuneloop.alerts.evaluate": 5,
         "tuneloop.alerts.notify": 2,
+        "tuneloop.actuators.reconcile": 4,
     }
 
 
@@ -124,7 +126,10 @@ def test_a_periodic_task_needs_a_positive_interval() -> None:
 
 def test_beat_schedule_entries_all_expire() -> None:
     settings = load_settings(
-        redis_url="redis://127.0.0.1:6379/15", maintenance_interval_s=30, tuner_interval_s=30
+        redis_url="redis://127.0.0.1:6379/15",
+        maintenance_interval_s=30,
+        tuner_interval_s=30,
+        actuator_interval_s=30,
     )
     celery = create_app(settings)
     schedule = celery.conf.beat_schedule

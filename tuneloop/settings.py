@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     """How often the tuning loop visits each running study."""
     task_queue: str = Field(default="tuneloop", min_length=1, max_length=200)
     """Celery queue of tuneloop's tasks (workers, beat and senders of one deployment agree)."""
+    actuator_interval_s: float = Field(default=5.0, gt=0)
+    """How often the job actuator reconciles every job (agents' long-polls also do, at once)."""
 
     sources: Annotated[tuple[str, ...], NoDecode] = ("auto",)
     """What the collector polls: specs such as ``host``, ``nvml``, ``dcgm[=HOST[:PORT]]``,

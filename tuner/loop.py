@@ -42,12 +42,12 @@ from tuneloop.job_configs import (
     REASON_KEY,
     STATUS_KEY,
     acknowledged_version,
-    append_config,
     first_acknowledgement,
     latest_config,
 )
 from tuneloop.storage.models import Job, JobConfig, Study, Trial
 from tuner import readings, service
+from tuner.actuators.protocol import append_config  # checks bounds, wakes the job's agents
 from tuner.measurement import TrialVerdict, WindowStats, judge_window
 from tuner.objectives import Evaluation, get_objective
 from tuner.space import SearchSpace

@@ -9,6 +9,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.routes import (
+    actuators,
+    agents,
     alerts,
     cost,
     exposition,
@@ -29,6 +31,8 @@ ROUTERS: tuple[APIRouter, ...] = (
     tokens.router,
     jobs.router,
     studies.router,
+    agents.router,
+    actuators.router,
     series.router,
     cost.router,
     exposition.router,

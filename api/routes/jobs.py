@@ -33,6 +33,8 @@ from api.schemas import (
 from api.services import jobs as job_service
 from api.services.jobs import ConfigKind, JobStatus
 from tuneloop import accounts
+from tuneloop.accounts import InvalidInput
+from tuneloop.job_configs import acknowledged_version
 from tuneloop.storage.models import ApiToken, Job, Project
 
 router = APIRouter(
@@ -140,6 +142,8 @@ def set_desired_config(
 ) -> ConfigVersionOut:
     """Stores ``config`` as desired version previous + 1 (the first is 1) and returns it."""
     require(accounts.can_write_desired_config(token), "agent tokens only report observed config")
+    if body.source == job_service.ACTUATOR_SOURCE:
+        raise InvalidInput(f"source {body.source!r} is reserved for the actuator's own versions")
     return _write_config(session, token, project, job, "desired", body)
 
 
@@ -161,5 +165,11 @@ def read_config(job: JobDep, session: SessionDep) -> JobConfigState:
     return JobConfigState(
         desired=_config_out(desired) if desired else None,
         observed=_config_out(observed) if observed else None,
-        in_sync=desired is not None and observed is not None and desired.config == observed.config,
+        in_sync=desired is not None
+        and observed is not None
+        # The job says which desired version it runs (an ack), or reports the same config.
+        and (
+            acknowledged_version(observed.config) == desired.version
+            or desired.config == observed.config
+        ),
     )

@@ -15,13 +15,22 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tuneloop.accounts import Conflict, InvalidInput, NotFound
-from tuneloop.job_configs import (  # the one place config versions are written and read
-    CONFIG_WRITE_ATTEMPTS,
-    ConfigKind,
-    append_config,
-    latest_config,
-)
+from tuneloop.job_configs import CONFIG_WRITE_ATTEMPTS, ConfigKind, latest_config
 from tuneloop.storage.models import Job, Project
+from tuner.actuators.protocol import (  # the one protocol of desired and observed versions
+    ACTUATOR_SOURCE,
+    ReleaseReason,
+    UnknownVersion,
+    acknowledge,
+    actuation_policy,
+    actuator_row,
+    append_config,
+    config_marks,
+    config_version,
+    is_released,
+    release,
+    released_config,
+)
 
 JobKind = Literal["training", "inference"]
 JobStatus = Literal["pending", "running", "paused", "succeeded", "failed", "cancelled"]
@@ -136,15 +145,26 @@ def update_job(
 
 
 __all__ = [
+    "ACTUATOR_SOURCE",
     "CONFIG_WRITE_ATTEMPTS",
     "ConfigKind",
     "JobKind",
     "JobStatus",
+    "ReleaseReason",
+    "UnknownVersion",
+    "acknowledge",
+    "actuation_policy",
+    "actuator_row",
     "append_config",
+    "config_marks",
+    "config_version",
     "create_job",
     "get_job",
+    "is_released",
     "latest_config",
     "list_jobs",
+    "release",
+    "released_config",
     "update_job",
     "validate_job_name",
     "validate_labels",

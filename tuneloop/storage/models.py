@@ -317,6 +317,103 @@ class AlertInhibition(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+# --------------------------------------------------------------------------- actuators and agents
+# A job's agent registers its host, ranks and GPUs; the job actuator reconciles desired config
+# versions into releases (the versions agents may run), verifies each change and rolls back.
+
+
+class JobAgent(Base):
+    """One registration of a job's agent: the process (usually rank 0) that talks to the API."""
+
+    __tablename__ = "job_agents"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int | None] = mapped_column(Integer, default=None)
+    world_size: Mapped[int] = mapped_column(Integer)
+    details: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    """What the agent reported besides ranks: SDK version, framework, ..."""
+    registered_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class JobGpu(Base):
+    """A GPU one rank of a job uses, by UUID: joins GPU series (label ``UUID``) to jobs,
+    projects and team labels without Kubernetes."""
+
+    __tablename__ = "job_gpus"
+    __table_args__ = (
+        UniqueConstraint("agent_id", "rank", "gpu_uuid"),
+        Index("ix_job_gpus_gpu_uuid", "gpu_uuid"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    agent_id: Mapped[int] = mapped_column(ForeignKey("job_agents.id", ondelete="CASCADE"))
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    rank: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(255))
+    gpu_uuid: Mapped[str] = mapped_column(String(100))
+    registered_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class JobActuator(Base):
+    """A job's actuation policy and the reconcile loop's progress, so a restart repeats
+    nothing. ``generation`` guards against two reconcilers acting on one job at once."""
+
+    __tablename__ = "job_actuators"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    policy: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    goal_version: Mapped[int | None] = mapped_column(Integer, default=None)
+    """The desired version (from the tuner, the API or a person) being worked towards."""
+    released_version: Mapped[int | None] = mapped_column(Integer, default=None)
+    """The desired version agents are told to run."""
+    last_good_version: Mapped[int | None] = mapped_column(Integer, default=None)
+    approved_version: Mapped[int | None] = mapped_column(Integer, default=None)
+    changed_at: Mapped[datetime | None] = mapped_column(default=None)
+    """When ``released_version`` last changed: starts the freeze window and the verification."""
+    baseline: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    """The objective measured before the last change (mean, stderr, n), to verify it against."""
+    conditions: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    generation: Mapped[int] = mapped_column(Integer, default=0)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+    __mapper_args__ = {"version_id_col": generation}  # noqa: RUF012
+
+
+class JobConfigRelease(Base):
+    """A desired version released to a job's agents. Acks of any other version are refused."""
+
+    __tablename__ = "job_config_releases"
+    __table_args__ = (UniqueConstraint("job_id", "version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    reason: Mapped[str] = mapped_column(String(50))
+    """``goal`` (the desired version itself), ``step`` (towards it) or ``rollback``."""
+    released_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class JobConfigMark(Base):
+    """A verdict on a config a job ran: ``bad`` configs are rolled back and the tuner reads
+    them (with the evidence) so it does not propose them again."""
+
+    __tablename__ = "job_config_marks"
+    __table_args__ = (UniqueConstraint("job_id", "version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    config: Mapped[dict[str, Any]] = mapped_column()
+    verdict: Mapped[str] = mapped_column(String(10))
+    """``bad`` or ``good``."""
+    reason: Mapped[str] = mapped_column(String(200))
+    evidence: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 # --------------------------------------------------------------------------- time series
 
 

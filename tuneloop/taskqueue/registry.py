@@ -78,6 +78,9 @@ def periodic_tasks(settings: Settings) -> tuple[PeriodicTask, ...]:
     # Imported here: the alerts component imports the task runtime from this package.
     from alerts import tasks as alert_tasks
 
+    # Imported here: the actuator's task pulls in the API's services, which import this module.
+    from tuner.actuators.tasks import run_reconcile
+
     every = settings.maintenance_interval_s
     return (
         PeriodicTask("tuneloop.maintenance.rollups", maintenance.run_rollups, every),
@@ -91,4 +94,5 @@ def periodic_tasks(settings: Settings) -> tuple[PeriodicTask, ...]:
             alert_tasks.run_notifications,
             settings.alerts_notify_interval_s,
         ),
+        PeriodicTask("tuneloop.actuators.reconcile", run_reconcile, settings.actuator_interval_s),
     )

@@ -1,0 +1,115 @@
+"""A job's actuator: ``/api/v1/projects/{project}/jobs/{job}/actuator`` (policy, progress,
+approval) and ``.../config/marks`` (verdicts on configs the job ran, for the tuner)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query
+
+from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, ProjectDep, SessionDep, require
+from api.routes.jobs import JobDep
+from api.schemas import ActuatorOut, ApproveIn, ConfigMarkOut
+from api.services import jobs as job_service
+from tuneloop import accounts
+from tuneloop.accounts import InvalidInput
+from tuneloop.storage.models import JobActuator
+from tuner.actuators import job as actuator
+from tuner.actuators.policy import ActuationPolicy, PolicyError
+
+router = APIRouter(
+    prefix=f"{API_PREFIX}/projects/{{project}}/jobs/{{job}}",
+    tags=["actuator"],
+    responses=AUTH_ERRORS,
+)
+
+POLICY_EXAMPLE: dict[str, Any] = {
+    "bounds": {"batch_size": {"min": 8, "max": 512}, "sync_period": {"min": 1, "max": 8}},
+    "max_change": {"batch_size": 4},
+    "freeze_s": 60,
+    "dry_run": False,
+    "require_approval": False,
+    "verify": {"metric": "tuneloop_samples_per_second", "settle_s": 10, "window_s": 60},
+}
+
+
+def _out(row: JobActuator | None) -> ActuatorOut:
+    if row is None:
+        return ActuatorOut(
+            policy=ActuationPolicy().to_dict(),
+            goal_version=None,
+            released_version=None,
+            last_good_version=None,
+            approved_version=None,
+            changed_at=None,
+            conditions={},
+        )
+    return ActuatorOut(
+        policy=ActuationPolicy.from_dict(row.policy).to_dict(),
+        goal_version=row.goal_version,
+        released_version=row.released_version,
+        last_good_version=row.last_good_version,
+        approved_version=row.approved_version,
+        changed_at=row.changed_at,
+        conditions=row.conditions,
+    )
+
+
+@router.get("/actuator", summary="The job's actuation policy and progress")
+def read_actuator(job: JobDep, session: SessionDep) -> ActuatorOut:
+    return _out(job_service.actuator_row(session, job))
+
+
+@router.put("/actuator", summary="Set the job's actuation policy")
+def set_actuator_policy(
+    job: JobDep,
+    project: ProjectDep,
+    session: SessionDep,
+    token: CurrentToken,
+    policy: Annotated[dict[str, Any], Body(examples=[POLICY_EXAMPLE])],
+) -> ActuatorOut:
+    """Bounds (desired configs outside them are refused), ``max_change`` per step,
+    ``freeze_s`` after each change, ``dry_run``, ``require_approval`` and how changes are
+    verified (``verify``). Fields left out take their defaults."""
+    require(accounts.can_write_desired_config(token), "agent tokens cannot set policies")
+    try:
+        parsed = ActuationPolicy.from_dict(policy)
+    except PolicyError as exc:
+        raise InvalidInput(f"invalid actuation policy: {exc}") from None
+    row = actuator.set_policy(session, job, parsed)
+    accounts.record_audit(
+        session,
+        actor=accounts.actor_name(token),
+        action="actuator.policy",
+        target=f"job:{job.name}",
+        project_id=project.id,
+        details={"job_id": job.id, "policy": parsed.to_dict()},
+    )
+    return _out(row)
+
+
+@router.post("/actuator/approve", summary="Approve desired versions up to one")
+def approve(
+    body: ApproveIn, job: JobDep, project: ProjectDep, session: SessionDep, token: CurrentToken
+) -> ActuatorOut:
+    require(accounts.can_write_desired_config(token), "agent tokens cannot approve changes")
+    row = actuator.approve(session, job, body.version)
+    accounts.record_audit(
+        session,
+        actor=accounts.actor_name(token),
+        action="actuator.approve",
+        target=f"job:{job.name}",
+        project_id=project.id,
+        details={"job_id": job.id, "version": body.version},
+    )
+    return _out(row)
+
+
+@router.get("/config/marks", summary="Verdicts on configs the job ran (bad ones by default)")
+def config_marks(
+    job: JobDep,
+    session: SessionDep,
+    verdict: Annotated[str | None, Query(pattern="^(bad|good|all)$")] = "bad",
+) -> list[ConfigMarkOut]:
+    rows = job_service.config_marks(session, job, None if verdict == "all" else verdict)
+    return [ConfigMarkOut.model_validate(row) for row in rows]

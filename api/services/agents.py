@@ -1,0 +1,141 @@
+"""Job agents: registration of a job's host, ranks and the GPUs each rank uses.
+
+The ``job_gpus`` rows are what attributes GPU metrics to jobs, projects and teams without
+Kubernetes: every GPU series carries the GPU's ``UUID`` label (dcgm-exporter, DCGM and NVML
+sources alike), and a join on it finds the job (see ``docs/agent.md``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from tuneloop.accounts import Conflict, InvalidInput, NotFound
+from tuneloop.storage.models import Job, JobAgent, JobGpu, Project
+from tuneloop.storage.types import utcnow
+
+GPU_UUID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,99}")
+HOST_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,254}")
+MAX_RANKS_PER_AGENT: Final = 4096
+MAX_GPUS_PER_RANK: Final = 64
+
+
+@dataclass(frozen=True, slots=True)
+class RankGpus:
+    """One rank of a job and the UUIDs of the GPUs it uses (none on a CPU job)."""
+
+    rank: int
+    gpu_uuids: Sequence[str] = ()
+
+
+def validate_ranks(ranks: Sequence[RankGpus], world_size: int) -> None:
+    if world_size < 1:
+        raise InvalidInput(f"world_size must be >= 1, got {world_size}")
+    if len(ranks) > MAX_RANKS_PER_AGENT:
+        raise InvalidInput(f"at most {MAX_RANKS_PER_AGENT} ranks per registration")
+    seen: set[int] = set()
+    for entry in ranks:
+        if not 0 <= entry.rank < world_size:
+            raise InvalidInput(f"rank {entry.rank} is outside 0..{world_size - 1}")
+        if entry.rank in seen:
+            raise InvalidInput(f"rank {entry.rank} is listed twice")
+        seen.add(entry.rank)
+        if len(entry.gpu_uuids) > MAX_GPUS_PER_RANK:
+            raise InvalidInput(f"rank {entry.rank}: at most {MAX_GPUS_PER_RANK} GPUs")
+        for uuid in entry.gpu_uuids:
+            if not GPU_UUID_RE.fullmatch(uuid):
+                raise InvalidInput(
+                    f"rank {entry.rank}: invalid GPU UUID {uuid!r} (as nvidia-smi -L prints "
+                    "it, e.g. GPU-5c4ec6a1-...)"
+                )
+
+
+def register_agent(
+    session: Session,
+    job: Job,
+    *,
+    host: str,
+    world_size: int,
+    ranks: Sequence[RankGpus],
+    pid: int | None = None,
+    details: Mapping[str, Any] | None = None,
+) -> JobAgent:
+    """Record a job's agent and the GPUs of its ranks. A job restarted on other GPUs
+    registers again; earlier registrations stay, for attributing past metrics."""
+    if not HOST_RE.fullmatch(host):
+        raise InvalidInput(f"invalid host name {host!r}")
+    validate_ranks(ranks, world_size)
+    agent = JobAgent(
+        job_id=job.id, host=host, pid=pid, world_size=world_size, details=dict(details or {})
+    )
+    session.add(agent)
+    session.flush()
+    for entry in ranks:
+        for uuid in dict.fromkeys(entry.gpu_uuids):
+            session.add(
+                JobGpu(agent_id=agent.id, job_id=job.id, rank=entry.rank, host=host, gpu_uuid=uuid)
+            )
+    session.flush()
+    return agent
+
+
+def agent_of_job(session: Session, job: Job, agent_id: int) -> JobAgent:
+    """The registration ``agent_id`` of ``job``: :class:`NotFound` when there is none in the
+    job's project, :class:`Conflict` when it belongs to another job."""
+    agent = session.get(JobAgent, agent_id)
+    if agent is None:
+        raise NotFound(f"agent {agent_id} not found")
+    if agent.job_id != job.id:
+        owner = session.get(Job, agent.job_id)
+        if owner is None or owner.project_id != job.project_id:
+            raise NotFound(f"agent {agent_id} not found")
+        raise Conflict(f"agent {agent_id} is registered to job {owner.name!r}, not {job.name!r}")
+    return agent
+
+
+def touch(agent: JobAgent) -> None:
+    agent.last_seen_at = utcnow()
+
+
+def list_agents(session: Session, job: Job) -> list[JobAgent]:
+    return list(
+        session.scalars(select(JobAgent).where(JobAgent.job_id == job.id).order_by(JobAgent.id))
+    )
+
+
+def agent_gpus(session: Session, agent: JobAgent) -> list[JobGpu]:
+    return list(
+        session.scalars(
+            select(JobGpu).where(JobGpu.agent_id == agent.id).order_by(JobGpu.rank, JobGpu.id)
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GpuOwner:
+    gpu_uuid: str
+    job: Job
+    rank: int
+    host: str
+    agent_id: int
+
+
+def gpu_owners(session: Session, project: Project, uuids: Sequence[str]) -> list[GpuOwner]:
+    """The jobs of ``project`` that most recently registered each GPU of ``uuids``."""
+    rows = session.execute(
+        select(JobGpu, Job)
+        .join(Job, Job.id == JobGpu.job_id)
+        .where(Job.project_id == project.id, JobGpu.gpu_uuid.in_(list(uuids)))
+        .order_by(JobGpu.gpu_uuid, JobGpu.agent_id.desc())
+    ).all()
+    latest: dict[str, GpuOwner] = {}
+    for gpu, job in rows:
+        latest.setdefault(
+            gpu.gpu_uuid, GpuOwner(gpu.gpu_uuid, job, gpu.rank, gpu.host, gpu.agent_id)
+        )
+    return list(latest.values())

@@ -1,0 +1,164 @@
+"""End to end: a real 2-rank DistributedDataParallel job (gloo, CPU, digits) with the agent,
+against a live API on PostgreSQL. Two config changes pushed through the API are applied by
+both ranks at the same step and acknowledged; the step timings stored from the job's spans
+show each config's samples per step from that step on; a deliberately bad config (a tiny
+batch: throughput collapses) is rolled back by the actuator and marked bad."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from tests.agent.conftest import Live
+from tests.agent.ddp_digits_job import save_digits
+from tests.helpers import free_port
+from tuneloop.storage import session_scope
+from tuneloop.storage.models import AuditEntry, Series, samples
+
+T = TypeVar("T")
+JOB = "digits"
+CHANGES = [
+    {"batch_size": 32, "sync_period": 1},
+    {"batch_size": 64, "sync_period": 2},
+]
+BAD = {"batch_size": 2, "sync_period": 1}
+
+
+def until(probe: Callable[[], T], timeout_s: float, what: str, job: subprocess.Popen[str]) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value:
+            return value
+        if job.poll() is not None:
+            raise AssertionError(f"the job exited ({job.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def stored_steps(live: Live, rank: str) -> dict[int, float]:
+    """Samples per step of one rank, from the stored step timings (samples/s x duration)."""
+    metrics = [
+        "tuneloop_step_number",
+        "tuneloop_samples_per_second",
+        "tuneloop_step_duration_seconds",
+    ]
+    with session_scope(live.runtime.sessions) as session:
+        series = {
+            sid: metric
+            for sid, metric, labels in session.execute(
+                select(Series.id, Series.metric, Series.labels).where(Series.metric.in_(metrics))
+            )
+            if labels.get("job") == JOB and labels.get("rank") == rank
+        }
+        rows = session.execute(
+            select(samples.c.series_id, samples.c.ts, samples.c.value).where(
+                samples.c.series_id.in_(list(series))
+            )
+        ).all()
+    by_metric: dict[str, dict[Any, float]] = {}
+    for series_id, ts, value in rows:
+        by_metric.setdefault(series[series_id], {})[ts] = value
+    numbers = by_metric.get("tuneloop_step_number", {})
+    rate = by_metric.get("tuneloop_samples_per_second", {})
+    duration = by_metric.get("tuneloop_step_duration_seconds", {})
+    return {int(n): rate[ts] * duration[ts] for ts, n in numbers.items() if ts in rate}
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_two_rank_ddp_job_applies_changes_at_one_step_and_rolls_back_a_bad_one(
+    live: Live, tmp_path: Path
+) -> None:
+    member = httpx.Client(headers={"Authorization": f"Bearer {live.member_token}"})
+    jobs = f"{live.url}/api/v1/projects/{live.project}/jobs"
+    assert member.post(jobs, json={"name": JOB, "status": "running"}).status_code == 201
+    policy = {"verify": {"settle_s": 1, "window_s": 4, "min_samples": 4, "noise_sigmas": 3}}
+    assert member.put(f"{jobs}/{JOB}/actuator", json=policy).status_code == 200
+
+    def observed() -> int:
+        state = member.get(f"{jobs}/{JOB}/config").json()
+        return int(state["observed"]["version"]) if state["observed"] else 0
+
+    def desire(config: dict[str, int]) -> int:
+        response = member.put(f"{jobs}/{JOB}/config", json={"config": config})
+        assert response.status_code == 200, response.text
+        return int(response.json()["version"])
+
+    stop, data = tmp_path / "stop", tmp_path / "digits.npz"
+    save_digits(data)
+    command = [sys.executable, "-m", "tests.agent.ddp_digits_job", live.url, live.agent_token]
+    command += [live.project, JOB, str(data), str(tmp_path), str(stop)]
+    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
+    env.update(MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
+    # One process per rank, as torchrun starts them.
+    ranks_running = [
+        subprocess.Popen(command, text=True, env={**env, "RANK": str(rank)}) for rank in (0, 1)
+    ]
+    job = ranks_running[0]
+    try:
+        until(lambda: observed() == 1, 120, "the starting config was adopted", job)
+        for config in CHANGES:
+            version = desire(config)
+            until(lambda v=version: observed() == v, 40, f"version {version} ran", job)  # type: ignore[misc]
+        bad = desire(BAD)
+        # Released once the previous change is verified, measured, then rolled back.
+        until(lambda: observed() > bad, 180, "the bad config was rolled back", job)
+        stop.touch()
+        assert [process.wait(60) for process in ranks_running] == [0, 0]
+    finally:
+        for process in ranks_running:
+            if process.poll() is None:
+                process.kill()
+        member.close()
+
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["history"] == ranks[1]["history"]
+    history = [tuple(entry) for entry in ranks[0]["history"]]
+    assert [version for version, _ in history] == [2, 3, 4, 5]
+    steps = [step for _, step in history]
+    assert steps == sorted(steps)
+    for rank in ranks:
+        assert rank["config"] == CHANGES[-1]  # back on the last good config
+        assert rank["noise_scale"] is None or rank["noise_scale"] > 0
+
+    with session_scope(live.runtime.sessions) as session:
+        acks = [
+            (e.details["version"], e.details["step"])
+            for e in session.scalars(
+                select(AuditEntry)
+                .where(AuditEntry.action == "job.config.ack")
+                .order_by(AuditEntry.id)
+            )
+        ]
+        rollbacks = list(
+            session.scalars(select(AuditEntry).where(AuditEntry.action == "actuator.rollback"))
+        )
+    assert acks == [(1, None), *history]
+    assert len(rollbacks) == 1 and rollbacks[0].details["version"] == 4
+    marks = httpx.get(
+        f"{jobs}/{JOB}/config/marks", headers={"Authorization": f"Bearer {live.member_token}"}
+    ).json()
+    assert [(m["version"], m["config"]) for m in marks] == [(4, BAD)]
+
+    # The stored step timings: each step's samples are the batch x sync period of the config
+    # that rank ran at that step.
+    configs = {1: {"batch_size": 16, "sync_period": 1}, 2: CHANGES[0], 3: CHANGES[1], 4: BAD}
+    configs[5] = CHANGES[1]
+    for rank in ("0", "1"):
+        stored = stored_steps(live, rank)
+        assert len(stored) > 0.9 * ranks[int(rank)]["steps"]
+        for step, per_step in stored.items():
+            version = max([1] + [v for v, s in history if s <= step])
+            config = configs[version]
+            assert per_step == pytest.approx(config["batch_size"] * config["sync_period"], rel=1e-6)

@@ -1,0 +1,370 @@
+"""The job actuator's reconcile loop: read a job's desired, released and observed state from
+the store, ask :func:`tuner.actuators.policy.decide` for the one next action, and write it.
+
+Idempotent by construction: every input is re-read, every output is a row (a release, a
+desired version, a mark, the actuator row's progress), and the decision for the state it
+leaves behind is ``none`` or ``wait``. Two reconcilers racing on one job (the periodic task
+and a long-poll) cannot both act: the actuator row carries a generation counter, and the
+loser's transaction fails with :class:`ReconcileConflict` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.exc import StaleDataError
+
+from tuneloop import accounts
+from tuneloop.config_events import changed_after_commit
+from tuneloop.storage.models import Job, JobActuator, JobConfig, JobConfigMark
+from tuneloop.storage.timeseries.query import query_range
+from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp
+from tuneloop.storage.types import utcnow
+from tuner.actuators import protocol
+from tuner.actuators.policy import (
+    ActuationPolicy,
+    Decision,
+    Stats,
+    Version,
+    View,
+    decide,
+    verification_due,
+)
+from tuner.measurement import window_stats
+
+log = logging.getLogger(__name__)
+
+ACTOR = "actuator"
+"""How the actuator appears in the audit log."""
+
+RECENT = timedelta(minutes=5)
+"""A job that reported its objective this recently is one that reports it."""
+
+_AUDITED = frozenset({"release", "step", "confirm", "rollback", "refuse", "dry_run"})
+
+
+class ReconcileConflict(RuntimeError):
+    """Another reconciler changed the job's actuator state meanwhile; retry on the next tick."""
+
+
+def ensure_actuator(session: Session, job: Job) -> JobActuator:
+    """The job's actuator row, created with the default policy when missing."""
+    row = protocol.actuator_row(session, job)
+    if row is not None:
+        return row
+    row = JobActuator(job_id=job.id, policy={}, conditions={})
+    try:
+        with session.begin_nested():
+            session.add(row)
+    except IntegrityError:
+        found = protocol.actuator_row(session, job)
+        assert found is not None
+        return found
+    return row
+
+
+def set_policy(session: Session, job: Job, policy: ActuationPolicy) -> JobActuator:
+    row = ensure_actuator(session, job)
+    row.policy = policy.to_dict()
+    session.flush()
+    return row
+
+
+def approve(session: Session, job: Job, version: int) -> JobActuator:
+    """Allow the release of desired versions up to ``version``."""
+    if protocol.config_version(session, job, "desired", version) is None:
+        raise accounts.NotFound(f"job {job.name!r} has no desired version {version}")
+    row = ensure_actuator(session, job)
+    if (row.approved_version or 0) < version:
+        row.approved_version = version
+        session.flush()
+        changed_after_commit(session, job.id)
+    return row
+
+
+def adopt_initial(session: Session, job: Job, config: Mapping[str, Any]) -> JobConfig:
+    """A job started with ``config`` before tuneloop told it anything: record it as desired
+    version 1, released and good, so it is what a rollback can return to. Returns the version
+    the job should consider itself running (the released one if there is already one)."""
+    row = ensure_actuator(session, job)
+    released = protocol.released_config(session, job)
+    if released is not None:
+        return released
+    version = protocol.append_config(session, job, "desired", config, source="agent")
+    protocol.release(session, job, version.version, "goal")
+    row.goal_version = row.released_version = row.last_good_version = version.version
+    row.changed_at = utcnow()
+    session.flush()
+    return version
+
+
+def _goal_version(session: Session, job: Job, row: JobActuator) -> int | None:
+    """The newest desired version not written by the actuator itself, unless the actuator
+    already moved past it (a rollback supersedes the goal it rolled back)."""
+    newest = session.scalar(
+        select(func.max(JobConfig.version)).where(
+            JobConfig.job_id == job.id,
+            JobConfig.kind == "desired",
+            JobConfig.source != protocol.ACTUATOR_SOURCE,
+        )
+    )
+    if newest is not None and newest > (row.goal_version or 0):
+        return int(newest)
+    return row.goal_version
+
+
+def _version(session: Session, job: Job, number: int | None) -> Version | None:
+    if number is None:
+        return None
+    found = protocol.config_version(session, job, "desired", number)
+    return None if found is None else Version(found.version, dict(found.config))
+
+
+def measure(
+    session: Session, job: Job, metric: str, start: datetime, end: datetime
+) -> Stats | None:
+    """The objective over ``[start, end)``: per-second means of rank 0's ``metric``, their
+    mean and batch-means standard error (``None`` without samples)."""
+    if end <= start:
+        return None
+    matchers = [Matcher("job", MatchOp.EQ, job.name), Matcher("rank", MatchOp.EQ, "0")]
+    series = query_range(
+        session.connection(),
+        job.project_id,
+        metric,
+        matchers,
+        start=start,
+        end=end,
+        step_s=1,
+        aggregation=Aggregation.AVG,
+        use_rollups=False,
+        max_series=10,
+    )
+    values = [value for one in series for _, value in one.points]
+    if not values:
+        return None
+    stats = window_stats(values)
+    return Stats(stats.mean, stats.stderr, stats.n)
+
+
+def begin_write(session: Session) -> None:
+    """Start ``session``'s transaction as a writer. On SQLite a transaction that reads and
+    then writes fails at once ("database is locked") whenever another connection committed
+    in between, which a busy write pipeline does many times a second; taking the write lock
+    first (``BEGIN IMMEDIATE``) makes it wait its turn instead. A no-op elsewhere. Call it
+    before the session's first statement."""
+    connection = session.connection()
+    if connection.dialect.name == "sqlite":
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def needs_reconcile(session: Session, job: Job) -> bool:
+    """Whether a pass could do anything: a desired version not released yet, or a change not
+    verified yet. A cheap read, so pollers of a settled job never write (on SQLite every
+    write competes for the one writer lock)."""
+    row = protocol.actuator_row(session, job)
+    newest = session.scalar(
+        select(func.max(JobConfig.version)).where(
+            JobConfig.job_id == job.id, JobConfig.kind == "desired"
+        )
+    )
+    if row is None:
+        return newest is not None
+    return newest != row.released_version or row.released_version != row.last_good_version
+
+
+def reconcile_job(session: Session, job: Job, *, now: datetime | None = None) -> Decision:
+    """One pass of the loop for ``job``; the caller commits. Raises :class:`ReconcileConflict`
+    when another reconciler got there first (roll back and let it be)."""
+    now = now or utcnow()
+    row = ensure_actuator(session, job)
+    policy = ActuationPolicy.from_dict(row.policy)
+    goal_number = _goal_version(session, job, row)
+    if goal_number != row.goal_version:
+        row.goal_version = goal_number
+    released = protocol.released_config(session, job)
+    released_version = (
+        None if released is None else Version(released.version, dict(released.config))
+    )
+    view = View(
+        now=now.timestamp(),
+        goal=_version(session, job, goal_number),
+        released=released_version,
+        last_good=_version(session, job, row.last_good_version),
+        approved_version=row.approved_version,
+        changed_at=row.changed_at.timestamp() if row.changed_at else None,
+        baseline=Stats.from_dict(row.baseline),
+    )
+    if verification_due(policy, view):
+        assert row.changed_at is not None
+        start = row.changed_at + timedelta(seconds=policy.verify.settle_s)
+        after = measure(
+            session,
+            job,
+            policy.verify.metric,
+            start,
+            start + timedelta(seconds=policy.verify.window_s),
+        )
+        view = View(**{**_fields(view), "after": after})
+    elif (
+        policy.verify.enabled
+        and view.goal is not None
+        and view.released is not None
+        and view.goal.number != view.released.number
+    ):
+        view = View(**{**_fields(view), "before": _baseline(session, job, row, policy, now)})
+    decision = decide(policy, view)
+    _apply(session, job, row, policy, decision, now)
+    try:
+        session.flush()
+    except StaleDataError as exc:
+        raise ReconcileConflict(f"job {job.name!r}: actuator state changed meanwhile") from exc
+    return decision
+
+
+def _fields(view: View) -> dict[str, Any]:
+    return {name: getattr(view, name) for name in View.__dataclass_fields__}
+
+
+def _apply(
+    session: Session,
+    job: Job,
+    row: JobActuator,
+    policy: ActuationPolicy,
+    decision: Decision,
+    now: datetime,
+) -> None:
+    if decision.action == "release":
+        assert decision.version is not None
+        version = decision.version
+        if row.released_version is not None and version < row.released_version:
+            # Steps overtook the goal's number: released versions only grow, so that agents
+            # can ask for "newer than what I run", hence a copy of the goal under a new number.
+            goal = protocol.config_version(session, job, "desired", version)
+            assert goal is not None
+            copy = protocol.append_config(
+                session, job, "desired", goal.config, source=protocol.ACTUATOR_SOURCE
+            )
+            version = copy.version
+        _release(session, job, row, policy, version, "goal", now)
+    elif decision.action == "step":
+        assert decision.config is not None
+        step = protocol.append_config(
+            session, job, "desired", decision.config, source=protocol.ACTUATOR_SOURCE
+        )
+        _release(session, job, row, policy, step.version, "step", now)
+    elif decision.action == "confirm":
+        assert decision.version is not None
+        row.last_good_version = decision.version
+        _mark(session, job, decision.version, "good", decision, row.baseline)
+    elif decision.action == "rollback":
+        assert decision.version is not None and decision.config is not None
+        _mark(session, job, decision.version, "bad", decision, row.baseline)
+        back = protocol.append_config(
+            session, job, "desired", decision.config, source=protocol.ACTUATOR_SOURCE
+        )
+        protocol.release(session, job, back.version, "rollback")
+        # The version rolled back to is known good: nothing to verify, and it is the new goal
+        # until someone writes another desired version.
+        row.goal_version = row.released_version = row.last_good_version = back.version
+        row.changed_at = now
+        row.baseline = None
+    changed = _set_condition(row, decision, now)
+    if decision.action in _AUDITED and (changed or decision.action not in ("refuse", "dry_run")):
+        accounts.record_audit(
+            session,
+            actor=ACTOR,
+            action=f"actuator.{decision.action}",
+            target=f"job:{job.name}",
+            project_id=job.project_id,
+            details={
+                "job_id": job.id,
+                "reason": decision.reason,
+                "message": decision.message,
+                "version": decision.version,
+                "config": dict(decision.config) if decision.config is not None else None,
+                "released_version": row.released_version,
+            },
+        )
+        log.info("job %s: %s", job.name, decision.message)
+
+
+def _baseline(
+    session: Session, job: Job, row: JobActuator, policy: ActuationPolicy, now: datetime
+) -> Stats | None:
+    """The objective of the running config: the last window, but not before the previous
+    change settled."""
+    start = now - timedelta(seconds=policy.verify.window_s)
+    if row.changed_at is not None:
+        start = max(start, row.changed_at + timedelta(seconds=policy.verify.settle_s))
+    stats = measure(session, job, policy.verify.metric, start, now)
+    if stats is None and measure(session, job, policy.verify.metric, now - RECENT, now):
+        return Stats(math.nan, math.inf, 0)  # it reports, but nothing of this config yet
+    return stats
+
+
+def _release(
+    session: Session,
+    job: Job,
+    row: JobActuator,
+    policy: ActuationPolicy,
+    version: int,
+    reason: protocol.ReleaseReason,
+    now: datetime,
+) -> None:
+    baseline = None
+    if policy.verify.enabled:
+        stats = _baseline(session, job, row, policy, now)
+        baseline = stats.to_dict() if stats is not None else None
+    protocol.release(session, job, version, reason)
+    row.released_version = version
+    row.changed_at = now
+    row.baseline = baseline
+
+
+def _mark(
+    session: Session,
+    job: Job,
+    version: int,
+    verdict: str,
+    decision: Decision,
+    baseline: Mapping[str, Any] | None,
+) -> None:
+    config = protocol.config_version(session, job, "desired", version)
+    existing = session.scalars(
+        select(JobConfigMark).where(
+            JobConfigMark.job_id == job.id, JobConfigMark.version == version
+        )
+    ).one_or_none()
+    if existing is not None or config is None:
+        return
+    session.add(
+        JobConfigMark(
+            job_id=job.id,
+            version=version,
+            config=dict(config.config),
+            verdict=verdict,
+            reason=decision.reason,
+            evidence={"message": decision.message, "baseline": baseline},
+        )
+    )
+
+
+def _set_condition(row: JobActuator, decision: Decision, now: datetime) -> bool:
+    """Record the decision as the actuator's condition; ``True`` when it changed (timestamps
+    move only then, so an unchanged state writes nothing)."""
+    current = dict(row.conditions or {})
+    previous = current.get("reconcile") or {}
+    entry = {"action": decision.action, "reason": decision.reason, "message": decision.message}
+    if {k: previous.get(k) for k in entry} == entry:
+        return False
+    current["reconcile"] = {**entry, "since": now.isoformat()}
+    row.conditions = current
+    return True
