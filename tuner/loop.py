@@ -341,9 +341,8 @@ def _measure(
     evaluation = get_objective(study.objective).evaluate(inputs)
     measured = {"window": window, "stats": _stats(verdict.stats), "inputs": inputs}
     # The framebuffer the configuration needed: what the memory bound is fitted on.
-    memory = readings.gpu_memory(
-        bind, job.project_id, job.name, readings.job_gpu_uuids(job.labels), start=warm, end=now
-    )
+    uuids = readings.job_gpu_uuids(job.labels, readings.registered_gpu_uuids(bind, job.id))
+    memory = readings.gpu_memory(bind, job.project_id, job.name, uuids, start=warm, end=now)
     measured[service.GPU_MEMORY_KEY] = memory.to_dict() if memory is not None else None
     if evaluation.status == "missing":
         if trial.extensions >= policy.max_extensions:

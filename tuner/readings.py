@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, select
 
 from tuneloop.step_timing import SAMPLES_PER_SECOND, STEP_DURATION
+from tuneloop.storage.models import JobGpu
 from tuneloop.storage.timeseries.functions import histogram_quantile
 from tuneloop.storage.timeseries.query import TooManySeries, find_series, query_range
 from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp, RangeSeries
@@ -176,10 +177,21 @@ class GpuMemory:
         }
 
 
-def job_gpu_uuids(labels: dict[str, Any] | None) -> tuple[str, ...]:
-    """The GPU UUIDs a job's agent registered in its :data:`GPU_UUIDS_JOB_LABEL` label."""
+def job_gpu_uuids(labels: dict[str, Any] | None, registered: Iterable[str] = ()) -> tuple[str, ...]:
+    """The job's GPU UUIDs: those in its :data:`GPU_UUIDS_JOB_LABEL` label, then those its
+    agent registered (``job_gpus``, :func:`registered_gpu_uuids`), each once."""
     raw = str((labels or {}).get(GPU_UUIDS_JOB_LABEL) or "")
-    return tuple(dict.fromkeys(u.strip() for u in raw.split(",") if u.strip()))
+    listed = (u.strip() for u in raw.split(",") if u.strip())
+    return tuple(dict.fromkeys([*listed, *registered]))
+
+
+def registered_gpu_uuids(bind: Bind, job_id: int) -> tuple[str, ...]:
+    """The GPU UUIDs the ranks of the job's agents registered, in registration order."""
+    query = select(JobGpu.gpu_uuid).where(JobGpu.job_id == job_id).order_by(JobGpu.id)
+    if isinstance(bind, Engine):
+        with bind.connect() as connection:
+            return tuple(dict.fromkeys(connection.scalars(query)))
+    return tuple(dict.fromkeys(bind.scalars(query)))
 
 
 def gpu_memory(

@@ -8,10 +8,11 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine
 
+from api.services.agents import RankGpus, register_agent
 from tests.tuner import jobsim
 from tuneloop.storage import session_factory, session_scope
 from tuneloop.storage.types import utcnow
-from tuner.readings import gpu_memory, job_gpu_uuids
+from tuner.readings import gpu_memory, job_gpu_uuids, registered_gpu_uuids
 
 TOTAL = 81559.0
 
@@ -83,3 +84,22 @@ def test_the_jobs_gpus_by_label_or_registered_uuid(engine: Engine) -> None:
 )
 def test_registered_uuids(labels: dict[str, str] | None, uuids: tuple[str, ...]) -> None:
     assert job_gpu_uuids(labels) == uuids
+
+
+def test_gpus_registered_by_the_jobs_agent_are_the_jobs(engine: Engine) -> None:
+    with session_scope(session_factory(engine)) as session:
+        job = jobsim.make_job(session, labels={"gpu_uuids": "GPU-node-2-0"})
+        register_agent(
+            session,
+            job,
+            host="node-3",
+            world_size=2,
+            ranks=[RankGpus(0, ["GPU-node-3-0"]), RankGpus(1, ["GPU-node-3-1", "GPU-node-2-0"])],
+        )
+        session.flush()
+        job_id, labels = job.id, dict(job.labels)
+
+    registered = registered_gpu_uuids(engine, job_id)
+    assert registered == ("GPU-node-3-0", "GPU-node-3-1", "GPU-node-2-0")
+    # The label's first, then the registered ones; each once.
+    assert job_gpu_uuids(labels, registered) == ("GPU-node-2-0", "GPU-node-3-0", "GPU-node-3-1")
