@@ -88,6 +88,13 @@ def acknowledged_version(config: Mapping[str, Any]) -> int | None:
     return value
 
 
+def runs_config(observed: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """Whether an observed config reports the same settings as ``desired`` (the
+    acknowledgement it carries aside): a desired version equal to what already runs is in
+    sync without a release of its own."""
+    return {k: v for k, v in observed.items() if k != ACK_KEY} == dict(desired)
+
+
 def first_acknowledgement(session: Session, job: Job, desired_version: int) -> JobConfig | None:
     """The earliest observed config that reports ``desired_version`` or a later one."""
     rows = session.scalars(

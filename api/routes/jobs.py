@@ -34,7 +34,7 @@ from api.services import jobs as job_service
 from api.services.jobs import ConfigKind, JobStatus
 from tuneloop import accounts
 from tuneloop.accounts import InvalidInput
-from tuneloop.job_configs import acknowledged_version
+from tuneloop.job_configs import acknowledged_version, runs_config
 from tuneloop.storage.models import ApiToken, Job, Project
 
 router = APIRouter(
@@ -155,6 +155,9 @@ def set_desired_config(
 def report_observed_config(
     body: ConfigWrite, job: JobDep, project: ProjectDep, session: SessionDep, token: CurrentToken
 ) -> ConfigVersionOut:
+    """A ``desired_version`` in the config must be one released to this job (409 otherwise):
+    the tuner takes it as the job's acknowledgement."""
+    job_service.check_reported_acknowledgement(session, job, body.config)
     return _write_config(session, token, project, job, "observed", body)
 
 
@@ -170,6 +173,6 @@ def read_config(job: JobDep, session: SessionDep) -> JobConfigState:
         # The job says which desired version it runs (an ack), or reports the same config.
         and (
             acknowledged_version(observed.config) == desired.version
-            or desired.config == observed.config
+            or runs_config(observed.config, desired.config)
         ),
     )

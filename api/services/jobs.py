@@ -15,7 +15,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tuneloop.accounts import Conflict, InvalidInput, NotFound
-from tuneloop.job_configs import CONFIG_WRITE_ATTEMPTS, ConfigKind, latest_config
+from tuneloop.job_configs import (
+    ACK_KEY,
+    CONFIG_WRITE_ATTEMPTS,
+    ConfigKind,
+    acknowledged_version,
+    latest_config,
+)
 from tuneloop.storage.models import Job, Project
 from tuner.actuators.protocol import (  # the one protocol of desired and observed versions
     ACTUATOR_SOURCE,
@@ -39,6 +45,23 @@ JOB_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}")
 LABEL_NAME_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 MAX_LABELS: Final = 64
 MAX_LABEL_VALUE_LEN: Final = 1024
+
+
+def check_reported_acknowledgement(session: Session, job: Job, config: Mapping[str, Any]) -> None:
+    """An observed config that names the desired version it runs (``desired_version``) is an
+    acknowledgement, which the tuner trusts: refused with :class:`UnknownVersion` unless that
+    version was released to this job, as on the agents' ack route."""
+    if ACK_KEY not in config:
+        return
+    version = acknowledged_version(config)
+    if (
+        version is None
+        or config_version(session, job, "desired", version) is None
+        or not is_released(session, job, version)
+    ):
+        raise UnknownVersion(
+            f"{ACK_KEY} {config[ACK_KEY]!r} was never released to job {job.name!r}"
+        )
 
 
 def validate_job_name(name: str) -> str:

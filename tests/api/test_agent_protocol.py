@@ -261,6 +261,28 @@ def test_acks_of_unreleased_versions_or_other_jobs_are_refused_and_audited(
     assert state["observed"]["version"] == 1
     assert state["in_sync"] is True
 
+    # A desired version equal to what runs needs no release of its own: still in sync.
+    equal = client.put(
+        f"{JOB}/config", json={"config": {"batch_size": 32}}, headers=heads["member"]
+    )
+    assert equal.json()["version"] == 2
+    assert client.get(f"{JOB}/config", headers=heads["member"]).json()["in_sync"] is True
+
+    # The free-form report route takes an acknowledgement only of a released version.
+    forged = client.post(
+        f"{JOB}/config/observed",
+        json={"config": {"batch_size": 32, "desired_version": 2}},
+        headers=heads["agent"],
+    )
+    assert forged.status_code == 409
+    assert forged.json()["detail"] == "desired_version 2 was never released to job 'train'"
+    honest = client.post(
+        f"{JOB}/config/observed",
+        json={"config": {"batch_size": 32, "desired_version": 1}},
+        headers=heads["agent"],
+    )
+    assert honest.status_code == 201
+
 
 def test_approval_and_marks_routes(client: TestClient, heads: dict[str, dict[str, str]]) -> None:
     client.put(f"{JOB}/actuator", json={"require_approval": True}, headers=heads["member"])

@@ -193,6 +193,17 @@ def test_agents_register_jobs_and_report_observed_config(
     assert state["observed"]["version"] == 2
     assert state["in_sync"] is True
 
+    # A report naming a desired version never released to the job is not an acknowledgement
+    # (version 1 was written, but no actuator released it).
+    for version in (1, 7, "1"):
+        refused = client.post(
+            f"{JOBS}/serve/config/observed",
+            json={"config": {"tp": 4, "desired_version": version}},
+            headers=agent,
+        )
+        assert refused.status_code == 409, refused.text
+        assert "never released" in refused.json()["detail"]
+
 
 def test_config_must_be_an_object(client: TestClient, secrets_: dict[str, dict[str, str]]) -> None:
     client.post(JOBS, json={"name": "train"}, headers=secrets_["member"])
