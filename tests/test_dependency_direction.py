@@ -14,8 +14,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPONENTS = ("alerts", "tuner", "collector")
-ENTRY_POINTS = ("tuneloop/cli", "tuneloop/taskqueue")
-"""Parts of ``tuneloop`` that start things (commands, the task registry) and so may reach up."""
+ENTRY_POINTS = ("tuneloop/cli", "tuneloop/taskqueue", "tuneloop/demo")
+"""Parts of ``tuneloop`` that start things (commands, the task registry, the demo that runs the
+whole system) and so may reach up."""
 
 
 def _imported_packages(path: Path) -> set[str]:

@@ -1,0 +1,300 @@
+"""The demo's training job: a real 2-rank PyTorch DistributedDataParallel job (gloo, CPU) with
+the tuneloop agent, training a small CNN on scikit-learn's bundled digits. Its batch size, sync
+period and learning rate are set live by the control plane through
+:class:`tuneloop.agent.torch.TunedTraining`.
+
+Two modes, one process per rank, started as ``torchrun`` would (``RANK``, ``WORLD_SIZE``,
+``MASTER_ADDR``, ``MASTER_PORT`` in the environment)::
+
+    python -m tuneloop.demo.job tune URL TOKEN PROJECT JOB DATA OUT_DIR --stop-file STOP
+    python -m tuneloop.demo.job eval URL TOKEN PROJECT JOB DATA OUT_DIR --batch-size 32 ...
+
+- ``tune`` trains from ``--batch-size``/``--sync-period`` and applies whatever the control
+  plane releases, until ``--stop-file`` exists (checked every 10 steps, decided by rank 0).
+  Its workload is a stream of training runs of the same model: each time the validation
+  accuracy reaches the target, the weights and the optimizer's state start afresh (an
+  *episode*), as when a model is retrained on new data again and again. So the gradient noise
+  scale the agent reports, and with it the goodput the tuner optimizes, is that of training
+  towards the target, not of a model long past it; and each episode's time to target is a
+  live measurement of the config that ran it.
+- ``eval`` trains one fixed config from fresh weights (seeded) until the validation accuracy
+  reaches ``--target-accuracy`` or the training clock passes ``--time-budget-s``. Evaluation
+  runs every ``--eval-every-samples`` global samples, both ranks scoring half the validation
+  set; the training clock (rank 0's) is paused while it runs, so **time to target** is pure
+  training time.
+
+Rank 0 writes ``OUT_DIR/result.json``: steps, the configs applied with their steps, the final
+config and learning rate, the gradient noise scale estimate, throughput (global samples/s of
+training time after the first ``WARMUP_STEPS`` steps) and, in ``eval``, the time to target.
+
+Two costs are emulated so that the knobs matter as on a real cluster, both documented in the
+output and in ``docs/demo.md``: ``--input-delay-ms`` per micro-batch (an input pipeline's
+latency: small batches pay it more often) and ``--sync-latency-ms`` per gradient all-reduce
+(a slower interconnect than loopback: syncing less often saves it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from tuneloop.agent import Agent
+from tuneloop.agent.torch import TunedTraining
+
+WARMUP_STEPS = 5
+"""Steps left out of the throughput (the first steps build DDP's buckets and warm caches)."""
+BASE_LR = 0.05
+BASE_BATCH = 32
+"""The learning rate is ``BASE_LR`` at a global batch of ``BASE_BATCH``, scaled by sqrt."""
+LR_SCALING: Final = "sqrt"
+
+
+def build_model() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(16 * 4 * 4, 64),
+        nn.ReLU(),
+        nn.Linear(64, 10),
+    )
+
+
+def save_digits(path: Path, *, validation: int = 360, seed: int = 0) -> None:
+    """scikit-learn's bundled digits (1,797 8x8 images, no download) as ``.npz``: pixels / 16,
+    a fixed split (``seed``) of ``validation`` held-out images and the rest for training."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
+    y = digits.target.astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(y))
+    val, train = order[:validation], order[validation:]
+    np.savez(path, x_train=x[train], y_train=y[train], x_val=x[val], y_val=y[val])
+
+
+def load_shard(
+    data: Path, rank: int, world: int
+) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """This rank's half of the training set and of the validation set."""
+    arrays = np.load(data)
+
+    def part(name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = torch.from_numpy(arrays[f"x_{name}"]), torch.from_numpy(arrays[f"y_{name}"])
+        return x[rank::world], y[rank::world]
+
+    return part("train"), part("val")
+
+
+def loader_factory(
+    x: torch.Tensor, y: torch.Tensor, seed: int
+) -> Callable[[int], list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Batches of one shuffled pass (a new permutation for each pass, like a sampler)."""
+    passes = [0]
+
+    def make_loader(batch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        passes[0] += 1
+        order = torch.randperm(
+            len(y), generator=torch.Generator().manual_seed(seed * 997 + passes[0])
+        )
+        return [
+            (x[order[i : i + batch]], y[order[i : i + batch]])
+            for i in range(0, len(y) - batch + 1, batch)
+        ]
+
+    return make_loader
+
+
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Validation accuracy over every rank's share (all-reduced counts)."""
+    with torch.no_grad():
+        correct = (model(x).argmax(dim=1) == y).sum()
+    counts = torch.tensor([float(correct), float(len(y))])
+    dist.all_reduce(counts)
+    return float(counts[0] / counts[1])
+
+
+def reinitialize(model: nn.Module, optimizer: torch.optim.Optimizer, seed: int) -> None:
+    """Fresh weights (the same on every rank: same seed) and no optimizer history."""
+    torch.manual_seed(seed)
+    for module in model.modules():
+        reset = getattr(module, "reset_parameters", None)
+        if reset is not None and module is not model:
+            reset()
+    optimizer.state.clear()
+
+
+def decide(flag: bool) -> bool:
+    """Rank 0's decision, the same on every rank."""
+    box = torch.tensor([int(flag)])
+    dist.broadcast(box, src=0)
+    return bool(box.item())
+
+
+def run(args: argparse.Namespace) -> dict[str, Any] | None:
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(args.seed)
+    model = DistributedDataParallel(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=BASE_LR, momentum=0.9)
+    (x, y), (x_val, y_val) = load_shard(Path(args.data), rank, world)
+    agent = Agent(
+        url=args.url,
+        token=args.token,
+        project=args.project,
+        job=args.job,
+        rank=rank,
+        world_size=world,
+        poll_timeout_s=5,
+    )
+    training = TunedTraining(
+        agent,
+        model,
+        optimizer,
+        loader_factory(x, y, seed=args.seed * world + rank),
+        config={"batch_size": args.batch_size, "sync_period": args.sync_period},
+        lr_scaling=LR_SCALING,
+        base_lr=BASE_LR,
+        base_batch=BASE_BATCH,
+        noise_every=5,
+    )
+    input_delay_s, sync_latency_s = args.input_delay_ms / 1000, args.sync_latency_ms / 1000
+    stop_file = Path(args.stop_file) if args.stop_file else None
+    step = 0
+    samples = 0  # global samples trained, and those after the warm-up steps
+    warm_samples, warm_clock = 0, 0.0
+    clock = 0.0  # rank 0's training time, evaluation excluded
+    since_eval = 0
+    reached: float | None = None
+    best_accuracy = 0.0
+    evaluations: list[tuple[float, float]] = []
+    episodes: list[dict[str, Any]] = []  # tune: each run to the target
+    episode_started = 0.0
+    while True:
+        stopping = rank == 0 and stop_file is not None and stop_file.exists()
+        if args.mode == "tune" and step % 10 == 0 and decide(stopping):
+            break
+        started = time.perf_counter()
+        training.boundary(step)
+        with training.step(step) as timed:
+            for micro, (xb, yb) in enumerate(training.micro_batches(timed)):
+                with timed.phase("data_loading"):
+                    time.sleep(input_delay_s)
+                last = micro == training.sync_period - 1
+                with timed.phase("forward"):
+                    loss = nn.functional.cross_entropy(model(xb), yb) / training.sync_period
+                with timed.phase("grad_sync" if last else "backward"):
+                    torch.autograd.backward(loss)  # the last micro-batch's backward all-reduces
+                    if last:
+                        time.sleep(sync_latency_s)
+            with timed.phase("optimizer"):
+                optimizer.step()
+                optimizer.zero_grad()
+        elapsed = time.perf_counter() - started
+        step_samples = training.batch_size * training.sync_period * world
+        clock += elapsed
+        samples += step_samples
+        if step >= WARMUP_STEPS:
+            warm_samples += step_samples
+            warm_clock += elapsed
+        step += 1
+        since_eval += step_samples
+        if since_eval < args.eval_every_samples:
+            continue
+        since_eval = 0
+        score = accuracy(model, x_val, y_val)  # no dropout or batch norm: no eval mode
+        if args.mode == "eval":
+            best_accuracy = max(best_accuracy, score)
+            evaluations.append((round(clock, 4), round(score, 4)))
+            if score >= args.target_accuracy:
+                reached = clock
+            if decide(reached is not None or clock > args.time_budget_s):
+                break
+        elif score >= args.target_accuracy:
+            episodes.append(
+                {
+                    "end_step": step,
+                    "time_to_target_s": round(clock - episode_started, 4),
+                    "config": dict(training.config),
+                }
+            )
+            episode_started = clock
+            reinitialize(model, optimizer, args.seed * 7919 + len(episodes))
+    result: dict[str, Any] | None = None
+    if rank == 0:
+        result = {
+            "mode": args.mode,
+            "seed": args.seed,
+            "steps": step,
+            "samples": samples,
+            "training_s": clock,
+            "throughput_samples_s": warm_samples / warm_clock if warm_clock > 0 else None,
+            "history": training.history,
+            "config": training.config,
+            "batch_size": training.batch_size,
+            "sync_period": training.sync_period,
+            "effective_batch": training.batch_size * training.sync_period * world,
+            "learning_rate": training.learning_rate,
+            "noise_scale": agent.noise_scale.value,
+            "emulation": {
+                "input_delay_ms": args.input_delay_ms,
+                "sync_latency_ms": args.sync_latency_ms,
+            },
+        }
+        if args.mode == "tune":
+            result["episodes"] = episodes
+        else:
+            result.update(
+                target_accuracy=args.target_accuracy,
+                time_to_target_s=reached,
+                best_accuracy=best_accuracy,
+                evaluations=evaluations,
+            )
+    agent.close()
+    dist.destroy_process_group()
+    return result
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("mode", choices=("tune", "eval"))
+    for name in ("url", "token", "project", "job", "data", "out_dir"):
+        parser.add_argument(name)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--sync-period", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stop-file", default=None)
+    parser.add_argument("--input-delay-ms", type=float, default=2.0)
+    parser.add_argument("--sync-latency-ms", type=float, default=25.0)
+    parser.add_argument("--target-accuracy", type=float, default=0.97)
+    parser.add_argument("--time-budget-s", type=float, default=30.0)
+    parser.add_argument("--eval-every-samples", type=int, default=512)
+    args = parser.parse_args(argv)
+    if args.mode == "tune" and not args.stop_file:
+        parser.error("tune needs --stop-file")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    result = run(args)
+    if result is not None:
+        out = Path(args.out_dir) / "result.json"
+        out.write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
