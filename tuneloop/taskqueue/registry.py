@@ -79,6 +79,7 @@ def periodic_tasks(settings: Settings) -> tuple[PeriodicTask, ...]:
     from alerts import tasks as alert_tasks
 
     # Imported here: the actuator's task pulls in the API's services, which import this module.
+    from tuner.actuators.autoscaler.tasks import run_autoscale
     from tuner.actuators.tasks import run_reconcile
 
     every = settings.maintenance_interval_s
@@ -95,4 +96,5 @@ def periodic_tasks(settings: Settings) -> tuple[PeriodicTask, ...]:
             settings.alerts_notify_interval_s,
         ),
         PeriodicTask("tuneloop.actuators.reconcile", run_reconcile, settings.actuator_interval_s),
+        PeriodicTask("tuneloop.actuators.autoscale", run_autoscale, settings.autoscale_interval_s),
     )
