@@ -110,6 +110,9 @@ def policy_from_dict(data: Mapping[str, Any]) -> ScalePolicy:
         raise SpecError(
             f"unknown policy field(s) {', '.join(unknown)}; known: {', '.join(_POLICY_FIELDS)}"
         )
+    missing = [name for name in ("min_replicas", "max_replicas") if name not in data]
+    if missing:
+        raise SpecError(f"the policy needs {' and '.join(missing)}")
     for name, value in data.items():
         _check_number(name, value)
     try:
