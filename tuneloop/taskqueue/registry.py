@@ -70,6 +70,13 @@ def _step_study(study_id: int) -> None:
     step_study(study_id)
 
 
+def _autoscale() -> None:
+    # Imported on first use: the Kubernetes client adds about half a second to every start-up.
+    from tuner.actuators.autoscaler.tasks import run_autoscale
+
+    run_autoscale()
+
+
 TUNER_FAN_OUT = FanOut(TUNER_STEP, _running_studies, _step_study)
 """One pass of the tuning loop per running study (``tuner/tasks.py``)."""
 
@@ -79,7 +86,6 @@ def periodic_tasks(settings: Settings) -> tuple[PeriodicTask, ...]:
     from alerts import tasks as alert_tasks
 
     # Imported here: the actuator's task pulls in the API's services, which import this module.
-    from tuner.actuators.autoscaler.tasks import run_autoscale
     from tuner.actuators.tasks import run_reconcile
 
     every = settings.maintenance_interval_s
@@ -96,5 +102,5 @@ def periodic_tasks(settings: Settings) -> tuple[PeriodicTask, ...]:
             settings.alerts_notify_interval_s,
         ),
         PeriodicTask("tuneloop.actuators.reconcile", run_reconcile, settings.actuator_interval_s),
-        PeriodicTask("tuneloop.actuators.autoscale", run_autoscale, settings.autoscale_interval_s),
+        PeriodicTask("tuneloop.actuators.autoscale", _autoscale, settings.autoscale_interval_s),
     )

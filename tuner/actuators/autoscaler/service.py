@@ -151,7 +151,11 @@ def _snapshot(row: Autoscaler) -> _Snapshot:
 
 def _look(session: Session, autoscaler_id: int, now: datetime) -> _Look | PassResult:
     try:
-        row = session.get(Autoscaler, autoscaler_id)
+        row = session.scalars(
+            select(Autoscaler)
+            .where(Autoscaler.id == autoscaler_id)
+            .execution_options(populate_existing=True)
+        ).one_or_none()
         if row is None or not row.enabled:
             return PassResult("gone" if row is None else "skipped")
         snap = _snapshot(row)
@@ -179,8 +183,13 @@ def _look(session: Session, autoscaler_id: int, now: datetime) -> _Look | PassRe
 
 def _locked(session: Session, autoscaler_id: int) -> Autoscaler | None:
     begin_write(session)
+    # populate_existing: the claim's commit leaves the row loaded (expire_on_commit is off),
+    # and the finish must see what changed during the pass.
     return session.scalars(
-        select(Autoscaler).where(Autoscaler.id == autoscaler_id).with_for_update()
+        select(Autoscaler)
+        .where(Autoscaler.id == autoscaler_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
     ).one_or_none()
 
 
