@@ -103,6 +103,7 @@ def test_runner_uses_the_one_registry() -> None:
         alerts_eval_interval_s=5,
         alerts_notify_interval_s=2,
         actuator_interval_s=4,
+        autoscale_interval_s=6,
     )
     runner = InProcessRunner.for_settings(settings)
     assert runner.tasks == periodic_tasks(settings)
@@ -113,6 +114,7 @@ def test_runner_uses_the_one_registry() -> None:
         "tuneloop.alerts.evaluate": 5,
         "tuneloop.alerts.notify": 2,
         "tuneloop.actuators.reconcile": 4,
+        "tuneloop.actuators.autoscale": 6,
     }
 
 
@@ -130,6 +132,7 @@ def test_beat_schedule_entries_all_expire() -> None:
         maintenance_interval_s=30,
         tuner_interval_s=30,
         actuator_interval_s=30,
+        autoscale_interval_s=30,
     )
     celery = create_app(settings)
     schedule = celery.conf.beat_schedule

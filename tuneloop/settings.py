@@ -52,6 +52,11 @@ class Settings(BaseSettings):
     """Celery queue of tuneloop's tasks (workers, beat and senders of one deployment agree)."""
     actuator_interval_s: float = Field(default=5.0, gt=0)
     """How often the job actuator reconciles every job (agents' long-polls also do, at once)."""
+    autoscale_interval_s: float = Field(default=15.0, gt=0)
+    """How often every enabled autoscaler reads its metrics and reconciles its target."""
+    kubeconfig: Path | None = None
+    """Kubeconfig file of the cluster Kubernetes autoscaler targets live in. Unset: the
+    in-cluster service account. Never taken from an API request."""
 
     sources: Annotated[tuple[str, ...], NoDecode] = ("auto",)
     """What the collector polls: specs such as ``host``, ``nvml``, ``dcgm[=HOST[:PORT]]``,

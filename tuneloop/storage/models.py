@@ -414,6 +414,48 @@ class JobConfigMark(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class Autoscaler(Base):
+    """An inference fleet scaled on its latency SLO and request queue: where it runs (the
+    target), how it scales (the policy), which series it reads, and what the loop remembers
+    (``state``: recent recommendations and scale events) so stabilization and rate limits
+    survive restarts. See ``tuner/actuators/autoscaler``."""
+
+    __tablename__ = "autoscalers"
+    __table_args__ = (UniqueConstraint("project_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(100))
+    target_kind: Mapped[str] = mapped_column(String(20))
+    """``kubernetes`` or ``webhook``."""
+    target: Mapped[dict[str, Any]] = mapped_column()
+    """kubernetes: ``kind`` (Deployment, StatefulSet), ``namespace``, ``name``; webhook: ``url``."""
+    policy: Mapped[dict[str, Any]] = mapped_column()
+    """The ``ScalePolicy`` fields."""
+    p99_selector: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    """``{"metric": ..., "match": [matcher, ...]}``: the P99 latency in seconds."""
+    queue_selector: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    """The same for the queue length (requests waiting)."""
+    dry_run: Mapped[bool] = mapped_column(Boolean, default=False)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    state: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    replicas: Mapped[int | None] = mapped_column(Integer, default=None)
+    """What the target ran at the last pass (after scaling, if it scaled)."""
+    last_decision: Mapped[int | None] = mapped_column(Integer, default=None)
+    """Replicas the last decision asked for (a dry run only records it)."""
+    last_reason: Mapped[str | None] = mapped_column(String(30), default=None)
+    last_decision_at: Mapped[datetime | None] = mapped_column(default=None)
+    """When the decision (replicas, reason) last changed."""
+    last_error: Mapped[str | None] = mapped_column(Text, default=None)
+    """Why the last pass failed (the target, the selectors); cleared by a pass that works."""
+    last_error_at: Mapped[datetime | None] = mapped_column(default=None)
+    lease_until: Mapped[datetime | None] = mapped_column(default=None)
+    """Held by the pass calling the target, so two workers never scale one fleet at once."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    """When the definition last changed (passes leave it alone)."""
+
+
 # --------------------------------------------------------------------------- time series
 
 

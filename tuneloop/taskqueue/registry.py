@@ -70,6 +70,13 @@ def _step_study(study_id: int) -> None:
     step_study(study_id)
 
 
+def _autoscale() -> None:
+    # Imported on first use: the Kubernetes client adds about half a second to every start-up.
+    from tuner.actuators.autoscaler.tasks import run_autoscale
+
+    run_autoscale()
+
+
 TUNER_FAN_OUT = FanOut(TUNER_STEP, _running_studies, _step_study)
 """One pass of the tuning loop per running study (``tuner/tasks.py``)."""
 
@@ -95,4 +102,5 @@ def periodic_tasks(settings: Settings) -> tuple[PeriodicTask, ...]:
             settings.alerts_notify_interval_s,
         ),
         PeriodicTask("tuneloop.actuators.reconcile", run_reconcile, settings.actuator_interval_s),
+        PeriodicTask("tuneloop.actuators.autoscale", _autoscale, settings.autoscale_interval_s),
     )

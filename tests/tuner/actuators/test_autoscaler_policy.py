@@ -89,6 +89,21 @@ CASES = [
         policy={"scale_in_stabilization_s": 0},
     ),
     Case(
+        "a remembered higher recommendation never scales out while asking for fewer",
+        5,
+        fresh(p99_latency_s=0.05, queue_depth=10),
+        (5, "stabilizing"),
+        recommendations=((NOW - 50, 13),),
+    ),
+    Case(
+        "a remembered lower recommendation never scales in while asking for more",
+        5,
+        fresh(p99_latency_s=0.3),
+        (5, "stabilizing"),
+        policy={"scale_out_stabilization_s": 120},
+        recommendations=((NOW - 50, 2),),
+    ),
+    Case(
         "queue only policy ignores latency",
         4,
         fresh(p99_latency_s=9.0, queue_depth=40),

@@ -8,7 +8,9 @@ the remembered recommendations and scale events in, a replica count and the reas
    ``queue_lookahead_s`` ahead at its growth rate. Within ``tolerance`` of 1: no change.
 3. **Stabilization**: scaling in follows the highest recommendation of the last
    ``scale_in_stabilization_s``, scaling out the lowest of ``scale_out_stabilization_s``
-   (default 0: at once), so a dip or a spike does not flap the fleet.
+   (default 0: at once), so a dip or a spike does not flap the fleet. It only holds a change
+   back: a remembered higher recommendation never scales out on a pass that asks for fewer
+   replicas (that would skip the scale-out rate limit), nor a lower one in.
 4. **Rate limits** per ``period_s``: out by at most ``max(scale_out_pods, scale_out_percent``
    of the current) replicas, in by at most ``scale_in_percent``, counting the changes
    already made in the period.
@@ -136,8 +138,9 @@ def decide_scale(
 
     if recommendation > current:
         recent = [r for t, r in history if now - t <= policy.scale_out_stabilization_s]
-        target = min([*recent, recommendation])
-        reason = "scale_out"
+        # Stabilization only holds a change back, never turns it around (as in the HPA).
+        target = max(current, min([*recent, recommendation]))
+        reason = "scale_out" if target > current else "stabilizing"
         # Rate limit: at most this many replicas more than at the period's start.
         base = _period_start(current, events)
         limit = base + max(policy.scale_out_pods, math.ceil(base * policy.scale_out_percent / 100))
@@ -145,7 +148,7 @@ def decide_scale(
             target, reason = limit, "rate_limited"
     else:
         recent = [r for t, r in history if now - t <= policy.scale_in_stabilization_s]
-        target = max([*recent, recommendation])
+        target = min(current, max([*recent, recommendation]))
         reason = "scale_in" if target < current else "stabilizing"
         base = _period_start(current, events)
         limit = base - math.floor(base * policy.scale_in_percent / 100)

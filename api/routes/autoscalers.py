@@ -1,0 +1,158 @@
+"""Autoscalers of a project: ``/api/v1/projects/{project}/autoscalers``.
+
+Who may do what. An autoscaler's target makes the server send requests (a webhook URL) or
+scale workloads (a Kubernetes Deployment or StatefulSet with the server's own credentials),
+so the target is an admin's to choose:
+
+* **admin**: everything: create, delete, and change ``target_kind`` and ``target``.
+* **member**: read, and ``PUT`` an existing autoscaler with the same target: ``enabled``,
+  ``dry_run``, ``policy`` (bounds, SLO, queue target, stabilization, rate limits, metric age)
+  and the ``p99``/``queue`` selectors (which only read this project's series).
+* **agent**: read only.
+
+Kubernetes credentials never come from a request: the server uses its in-cluster service
+account or the kubeconfig file of the ``TUNELOOP_KUBECONFIG`` setting. Bodies take no other
+fields than the documented ones, so no file path or credential can be sent along.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Response, status
+from sqlalchemy.orm import Session
+
+from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, PageDep, ProjectDep, SessionDep, require
+from api.schemas import ErrorBody, Page
+from api.schemas_autoscalers import (
+    AutoscalerCreate,
+    AutoscalerOut,
+    AutoscalerSpec,
+    AutoscalerStateOut,
+)
+from tuneloop import accounts
+from tuneloop.storage.models import ApiToken, Autoscaler, Project
+from tuner.actuators.autoscaler import store
+from tuner.actuators.autoscaler.store import Definition
+
+router = APIRouter(
+    prefix=f"{API_PREFIX}/projects/{{project}}/autoscalers",
+    tags=["autoscalers"],
+    responses={
+        **AUTH_ERRORS,
+        422: {"model": ErrorBody, "description": "An invalid target, policy or selector"},
+    },
+)
+
+ADMIN_FOR_TARGETS = (
+    "choosing an autoscaler's target needs an admin token: the server sends requests to it "
+    "or scales it with its own credentials"
+)
+
+ADMIN_FOR_DELETE = "deleting an autoscaler needs an admin token; members can set enabled: false"
+
+
+def get_autoscaler(
+    name: Annotated[str, Path(description="Autoscaler name")],
+    project: ProjectDep,
+    session: SessionDep,
+) -> Autoscaler:
+    return store.get_autoscaler(session, project, name)
+
+
+AutoscalerDep = Annotated[Autoscaler, Depends(get_autoscaler)]
+
+
+def _definition(body: AutoscalerSpec) -> Definition:
+    return store.check_definition(
+        target_kind=body.target_kind,
+        target=body.target,
+        policy=body.policy,
+        p99=body.p99.model_dump() if body.p99 is not None else None,
+        queue=body.queue.model_dump() if body.queue is not None else None,
+        dry_run=body.dry_run,
+        enabled=body.enabled,
+    )
+
+
+def _audit(
+    session: Session,
+    token: ApiToken,
+    project: Project,
+    action: str,
+    name: str,
+    details: dict[str, Any],
+) -> None:
+    accounts.record_audit(
+        session,
+        actor=accounts.actor_name(token),
+        action=action,
+        target=f"autoscaler:{name}",
+        project_id=project.id,
+        details=details,
+    )
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, summary="Create an autoscaler (admin)")
+def create_autoscaler(
+    body: AutoscalerCreate, project: ProjectDep, session: SessionDep, token: CurrentToken
+) -> AutoscalerOut:
+    """Scales ``target`` on the P99 latency and the queue its selectors read, as ``policy``
+    says, every ``TUNELOOP_AUTOSCALE_INTERVAL_S``. Needs an admin token."""
+    require(token.role == "admin", ADMIN_FOR_TARGETS)
+    definition = _definition(body)
+    row = store.create_autoscaler(session, project, body.name, definition)
+    _audit(session, token, project, "autoscaler.create", row.name, asdict(definition))
+    return AutoscalerOut.of(row)
+
+
+@router.get("", summary="A project's autoscalers, by name")
+def list_autoscalers(
+    project: ProjectDep, session: SessionDep, _token: CurrentToken, page: PageDep
+) -> Page[AutoscalerOut]:
+    rows = store.list_autoscalers(session, project, limit=page.fetch, offset=page.offset)
+    return page.build(rows, AutoscalerOut.of)
+
+
+@router.get("/{name}", summary="One autoscaler's definition")
+def read_autoscaler(autoscaler: AutoscalerDep) -> AutoscalerOut:
+    return AutoscalerOut.of(autoscaler)
+
+
+@router.put("/{name}", summary="Replace an autoscaler's definition")
+def replace_autoscaler(
+    body: AutoscalerSpec,
+    autoscaler: AutoscalerDep,
+    project: ProjectDep,
+    session: SessionDep,
+    token: CurrentToken,
+) -> AutoscalerOut:
+    """Members may change everything but ``target_kind`` and ``target`` (send them as they
+    are); a new target needs an admin token and starts without remembered state."""
+    require(token.role != "agent", "agent tokens cannot change autoscalers")
+    definition = _definition(body)
+    if store.target_changes(autoscaler, definition):
+        require(token.role == "admin", ADMIN_FOR_TARGETS)
+    changes = store.replace_autoscaler(session, autoscaler, definition)
+    if changes:
+        _audit(session, token, project, "autoscaler.update", autoscaler.name, changes)
+    return AutoscalerOut.of(autoscaler)
+
+
+@router.delete(
+    "/{name}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete an autoscaler (admin)"
+)
+def delete_autoscaler(
+    autoscaler: AutoscalerDep, project: ProjectDep, session: SessionDep, token: CurrentToken
+) -> Response:
+    """Needs an admin token; members stop an autoscaler with ``enabled: false``."""
+    require(token.role == "admin", ADMIN_FOR_DELETE)
+    session.delete(autoscaler)
+    _audit(session, token, project, "autoscaler.delete", autoscaler.name, {})
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get("/{name}/state", summary="What the reconcile loop last saw and did")
+def read_state(autoscaler: AutoscalerDep) -> AutoscalerStateOut:
+    return AutoscalerStateOut.of(autoscaler)

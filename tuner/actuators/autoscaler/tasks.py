@@ -1,0 +1,59 @@
+"""The autoscalers' periodic task: one pass over every enabled autoscaler, each on its own,
+so one whose target is down neither stops nor delays the error-free rest beyond its timeout."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from tuneloop.settings import Settings
+from tuneloop.storage import session_scope
+from tuneloop.storage.models import Autoscaler
+from tuneloop.storage.types import utcnow
+from tuner.actuators.autoscaler.service import reconcile_autoscaler
+
+log = logging.getLogger(__name__)
+
+
+def reconcile_all(
+    sessions: sessionmaker[Session],
+    *,
+    now: datetime | None = None,
+    settings: Settings | None = None,
+) -> dict[str, int]:
+    """A pass per enabled autoscaler (as of ``now``, default: the time each starts). Returns
+    counts by the passes' actions; a pass that failed on the store counts as ``error``."""
+    with session_scope(sessions) as session:
+        ids = list(
+            session.scalars(
+                select(Autoscaler.id).where(Autoscaler.enabled.is_(True)).order_by(Autoscaler.id)
+            )
+        )
+    counts: dict[str, int] = {}
+    for autoscaler_id in ids:
+        try:
+            with sessions() as session:
+                result = reconcile_autoscaler(
+                    session, autoscaler_id, now or utcnow(), settings=settings
+                )
+            action = result.action
+        except Exception:
+            log.exception(
+                "autoscaler %d: pass failed; it runs again at the next tick", autoscaler_id
+            )
+            action = "error"
+        counts[action] = counts.get(action, 0) + 1
+    return counts
+
+
+def run_autoscale() -> None:
+    """The periodic task: takes nothing, re-reads the store."""
+    from tuneloop.taskqueue.maintenance import task_runtime
+
+    runtime = task_runtime()
+    counts = reconcile_all(runtime.sessions, settings=runtime.settings)
+    if counts:
+        log.info("autoscaler pass: %s", counts)
