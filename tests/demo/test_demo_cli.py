@@ -56,7 +56,7 @@ def test_quick_demo_tunes_the_live_job_and_compares_three_configs(tmp_path: Path
     ).fetchone()[0]
     best = json.loads(desired)
     assert {k: best[k] for k in ("batch_size", "sync_period")} == tuned
-    acks = db.execute(
-        "SELECT count(*) FROM audit_log WHERE action = 'job.config.ack'"
-    ).fetchone()[0]
+    acks = db.execute("SELECT count(*) FROM audit_log WHERE action = 'job.config.ack'").fetchone()[
+        0
+    ]
     assert acks >= 3  # every trial's config was applied and acknowledged by the job
