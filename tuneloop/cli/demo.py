@@ -26,6 +26,7 @@ def demo(
             help="3 trials, 2 runs each to 90%: checks that it all works (about 2 minutes)",
         ),
     ] = False,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the study and of the fresh runs")] = 0,
     directory: Annotated[
         Path | None,
         typer.Option("--dir", help="Empty directory for the store, logs and results [a new one]"),
@@ -45,9 +46,9 @@ def demo(
     from tuneloop.demo.runner import DemoError, DemoPlan, run_demo
 
     plan = (
-        DemoPlan(trials=3, repeats=2, target_accuracy=0.9, tuned_run_s=3.0)
+        DemoPlan(trials=3, repeats=2, target_accuracy=0.9, tuned_run_s=3.0, seed=seed)
         if quick
-        else DemoPlan(trials=trials, repeats=repeats)
+        else DemoPlan(trials=trials, repeats=repeats, seed=seed)
     )
     if directory is not None and directory.exists() and any(directory.iterdir()):
         fail(f"--dir {directory} is not empty")
