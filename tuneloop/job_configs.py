@@ -27,6 +27,8 @@ ConfigKind = Literal["desired", "observed"]
 CONFIG_WRITE_ATTEMPTS: Final = 5
 
 ACK_KEY: Final = "desired_version"
+STUDY_SOURCE_PREFIX: Final = "tuner:study:"
+"""``JobConfig.source`` of the desired configs a tuning study writes (then the study's id)."""
 """Key of an observed config: the desired version the job now runs."""
 STATUS_KEY: Final = "status"
 """Key of an observed config: ``running``, or one of :data:`FAILED_STATUSES`."""

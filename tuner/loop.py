@@ -41,6 +41,7 @@ from tuneloop.job_configs import (
     FAILED_STATUSES,
     REASON_KEY,
     STATUS_KEY,
+    STUDY_SOURCE_PREFIX,
     acknowledged_version,
     first_acknowledgement,
     latest_config,
@@ -79,7 +80,7 @@ class StepResult:
 
 def config_source(study: Study) -> str:
     """``JobConfig.source`` of the desired configs a study writes."""
-    return f"tuner:study:{study.id}"
+    return f"{STUDY_SOURCE_PREFIX}{study.id}"
 
 
 def reconcile_study(session: Session, study_id: int, *, now: datetime) -> StepResult:

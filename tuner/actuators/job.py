@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,6 +24,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from tuneloop import accounts
 from tuneloop.config_events import changed_after_commit
+from tuneloop.job_configs import STUDY_SOURCE_PREFIX
 from tuneloop.storage.models import Job, JobActuator, JobConfig, JobConfigMark
 from tuneloop.storage.timeseries.query import query_range
 from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp
@@ -127,6 +129,29 @@ def _version(session: Session, job: Job, number: int | None) -> Version | None:
     return None if found is None else Version(found.version, dict(found.config))
 
 
+def _written_by_study(session: Session, job: Job, number: int | None) -> bool:
+    if number is None:
+        return False
+    found = protocol.config_version(session, job, "desired", number)
+    return found is not None and found.source.startswith(STUDY_SOURCE_PREFIX)
+
+
+def _policy_for(
+    session: Session, job: Job, row: JobActuator, policy: ActuationPolicy, goal: int | None
+) -> ActuationPolicy:
+    """``policy`` without verification while a tuning study's trials are what is released: a
+    study measures each trial over its own window and keeps the best, so verifying them too
+    would hold every trial for the verification window and roll back the very exploration
+    the study exists for. A person's change still being verified is verified first."""
+    if not policy.verify.enabled or not _written_by_study(session, job, goal):
+        return policy
+    released = row.released_version
+    verified = released is None or released == row.last_good_version
+    if not verified and not _written_by_study(session, job, released):
+        return policy
+    return replace(policy, verify=replace(policy.verify, enabled=False))
+
+
 def measure(
     session: Session, job: Job, metric: str, start: datetime, end: datetime
 ) -> Stats | None:
@@ -189,6 +214,7 @@ def reconcile_job(session: Session, job: Job, *, now: datetime | None = None) ->
     goal_number = _goal_version(session, job, row)
     if goal_number != row.goal_version:
         row.goal_version = goal_number
+    policy = _policy_for(session, job, row, policy, goal_number)
     released = protocol.released_config(session, job)
     released_version = (
         None if released is None else Version(released.version, dict(released.config))

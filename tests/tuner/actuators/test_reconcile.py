@@ -200,3 +200,41 @@ def test_periodic_task_reconciles_every_active_job(
     assert reconcile_all(sessions, now=later) == {"release": 1}
     assert reconcile_all(sessions, now=later + timedelta(seconds=60)) == {"confirm": 1}
     assert reconcile_all(sessions, now=later + timedelta(seconds=120)) == {}
+
+
+def study_desire(sessions: sessionmaker[Session], job_id: int, config: dict[str, int]) -> int:
+    with session_scope(sessions) as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        row = job_service.append_config(session, job, "desired", config, source="tuner:study:1")
+        return row.version
+
+
+def test_a_studys_trials_are_released_without_verification_holding_them(
+    engine: Engine, sessions: sessionmaker[Session], job_id: int
+) -> None:
+    start = utcnow()
+    throughput(engine, start + timedelta(seconds=1), 10, 1000.0)
+    now = start + timedelta(seconds=11)
+    # A person's change is verified as always, and holds a study's trial until it is.
+    assert desire(sessions, job_id, {"batch_size": 32}) == 2
+    assert reconcile(sessions, job_id, now) == ("release", "goal")
+    assert study_desire(sessions, job_id, {"batch_size": 64}) == 3
+    assert reconcile(sessions, job_id, now + timedelta(seconds=2)) == ("wait", "verifying")
+    throughput(engine, now + timedelta(seconds=1), 10, 1100.0)
+    now += timedelta(seconds=12)
+    assert reconcile(sessions, job_id, now) == ("confirm", "verified")
+    # The study's trials follow one another as fast as the study measures them, even when
+    # one is slower: the study scores it and keeps the best, the actuator rolls nothing back.
+    assert reconcile(sessions, job_id, now) == ("release", "goal")
+    assert reconcile(sessions, job_id, now) == ("confirm", "unverified")
+    throughput(engine, now, 3, 500.0)
+    assert study_desire(sessions, job_id, {"batch_size": 128}) == 4
+    now += timedelta(seconds=3)
+    assert reconcile(sessions, job_id, now) == ("release", "goal")
+    assert reconcile(sessions, job_id, now) == ("confirm", "unverified")
+    assert reconcile(sessions, job_id, now) == ("none", "in_sync")
+    with session_scope(sessions) as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        assert job_service.config_marks(session, job) == []  # nothing marked bad
