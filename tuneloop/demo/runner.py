@@ -318,9 +318,8 @@ def tune(
         "batch_size": {"min": plan.batch_size[0], "max": plan.batch_size[1]},
         "sync_period": {"min": plan.sync_period[0], "max": plan.sync_period[1]},
     }
-    # The study measures every trial itself; the actuator's own verification (built for
-    # single changes) would hold each trial back for its window.
-    policy = {"bounds": bounds, "verify": {"enabled": False}}
+    # Verification stays on (the default): it leaves a study's own trials to the study.
+    policy = {"bounds": bounds}
     _check(client.put(f"{job_url}/actuator", json=policy), "set the actuator policy")
     stop = workdir / "tune" / "stop"
     job = start_job(
