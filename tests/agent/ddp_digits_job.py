@@ -7,8 +7,9 @@ latency), so that throughput depends on the batch size as on real hardware and t
 not flood a small test machine with spans.
 
 One process per rank, started as torchrun would (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
-``MASTER_PORT`` in the environment); the digits come from ``DATA`` (an ``.npz`` of ``x`` and
-``y`` written by :func:`save_digits`, so that the ranks need not import scikit-learn). Runs
+``MASTER_PORT`` in the environment); the model, the digits (``DATA``, written by
+:func:`save_digits`, so that the ranks need not import scikit-learn) and the loaders are the
+demo job's (:mod:`tuneloop.demo.job`); this job trains on the training split. Runs
 until ``STOP_FILE`` exists (checked by rank 0 every 10 steps, broadcast to both ranks), then
 writes ``OUT_DIR/rank<N>.json``: the (version, step) of every config applied, the final config
 and the gradient noise scale estimate::
@@ -23,11 +24,9 @@ import argparse
 import json
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -35,49 +34,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from tuneloop.agent import Agent
 from tuneloop.agent.torch import TunedTraining
+from tuneloop.demo.job import build_model, load_shard, loader_factory
+from tuneloop.demo.job import save_digits as save_digits  # the test writes the data with it
 
 WORLD_SIZE = 2
 START_CONFIG = {"batch_size": 16, "sync_period": 1}
-
-
-def build_model() -> nn.Module:
-    return nn.Sequential(
-        nn.Conv2d(1, 16, 3, padding=1),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Flatten(),
-        nn.Linear(16 * 4 * 4, 64),
-        nn.ReLU(),
-        nn.Linear(64, 10),
-    )
-
-
-def save_digits(path: Path) -> None:
-    """scikit-learn's bundled digits (1,797 8x8 images), scaled to [0, 1], as ``.npz``."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    x = (digits.data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
-    np.savez(path, x=x, y=digits.target.astype(np.int64))
-
-
-def shard(data: Path, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    arrays = np.load(data)
-    x, y = torch.from_numpy(arrays["x"]), torch.from_numpy(arrays["y"])
-    return x[rank::WORLD_SIZE], y[rank::WORLD_SIZE]
-
-
-def loader_factory(
-    x: torch.Tensor, y: torch.Tensor, seed: int
-) -> Callable[[int], list[tuple[torch.Tensor, torch.Tensor]]]:
-    def make_loader(batch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed + batch))
-        return [
-            (x[order[i : i + batch]], y[order[i : i + batch]])
-            for i in range(0, len(y) - batch + 1, batch)
-        ]
-
-    return make_loader
 
 
 def run_rank(rank: int, args: argparse.Namespace) -> None:
@@ -86,7 +47,7 @@ def run_rank(rank: int, args: argparse.Namespace) -> None:
     torch.manual_seed(0)
     model = DistributedDataParallel(build_model())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    x, y = shard(Path(args.data), rank)
+    (x, y), _ = load_shard(Path(args.data), rank, WORLD_SIZE)
     agent = Agent(
         url=args.url,
         token=args.token,
