@@ -18,7 +18,7 @@ def demo(
     trials: Annotated[int, typer.Option(min=2, help="Trials of the tuning study")] = 12,
     repeats: Annotated[
         int, typer.Option(min=2, help="Fresh training runs of each config in the comparison")
-    ] = 6,
+    ] = 8,
     quick: Annotated[
         bool,
         typer.Option(

@@ -52,10 +52,10 @@ class DemoError(RuntimeError):
 
 @dataclass(frozen=True)
 class DemoPlan:
-    """What the demo runs. The defaults take about 6 minutes on 2 CPU cores."""
+    """What the demo runs. The defaults take about 10 minutes on 2 CPU cores."""
 
     trials: int = 12
-    repeats: int = 6
+    repeats: int = 8
     start: Mapping[str, int] = field(default_factory=lambda: {"batch_size": 4, "sync_period": 1})
     default: Mapping[str, int] = field(default_factory=lambda: {"batch_size": 32, "sync_period": 1})
     """The hand-picked default: 32 samples per device, synchronizing every step (PyTorch's
