@@ -169,6 +169,17 @@ def test_gpu_utilization_is_the_same_from_every_source(
             assert value == pytest.approx(expected), (gpu.name, time)
 
 
+def test_buckets_coarser_than_an_hour_merge_hourly_rollups_with_finer_rows(store: Engine) -> None:
+    # 2 h buckets: the first merges hour 0 (samples_1h) with hour 1 (samples_1m), the second
+    # is hour 2 (raw samples); each hour holds the same number of samples.
+    sql = panel("fleet", "GPU utilization")["targets"][0]["rawSql"]
+    found = series(run(store, sql, interval_ms=7_200_000)[1])
+    for gpu in kd.GPUS:
+        last_hour = 0.0 if gpu.idle_last_hour else gpu.base + 2
+        expected = [(HOURS[0], pytest.approx(gpu.base + 0.5)), (HOURS[2], pytest.approx(last_hour))]
+        assert found[gpu.name] == expected, gpu.name
+
+
 def test_seven_days_read_the_hourly_rollups(store: Engine) -> None:
     gpu_panel = panel("fleet", "GPU utilization")
     week = GrafanaQuery(

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, delete, insert, select
+from sqlalchemy import Engine, delete, insert, select, text
 
 from tuneloop.storage import make_engine
 from tuneloop.storage.models import ROLLUP_TABLES, Project, samples
@@ -254,6 +254,28 @@ def test_a_new_engine_continues_from_the_stored_watermark(
     redone = watermarks[60] - timedelta(seconds=120)
     assert later[60] == len([row for row in minutes if row[1] >= redone])
     assert_rows_equal(rollup_rows(engine, 60), minutes)
+
+
+def test_hourly_rollups_are_read_from_the_index_alone(engine: Engine) -> None:
+    write_fixture(engine)
+    update_rollups(engine, now=END + timedelta(hours=1))
+    if engine.dialect.name != "postgresql":
+        return  # SQLite has no visibility map nor INCLUDE: nothing to check
+    with engine.begin() as connection:
+        # What a large table gets: one range scan per series (tuneloop_series reads these).
+        connection.execute(text("SET LOCAL enable_seqscan = off"))
+        connection.execute(text("SET LOCAL enable_bitmapscan = off"))
+        (plan,) = connection.execute(
+            text(
+                "EXPLAIN (ANALYZE, FORMAT JSON) "
+                "SELECT bucket, count, sum, min, max FROM samples_1h "
+                "WHERE series_id = (SELECT min(series_id) FROM samples_1h) AND bucket >= :t0"
+            ),
+            {"t0": T0},
+        ).scalar_one()
+    scan = plan["Plan"]
+    assert (scan["Node Type"], scan["Index Name"]) == ("Index Only Scan", "pk_samples_1h")
+    assert scan["Actual Rows"] == 3 and scan["Heap Fetches"] == 0  # the pass vacuumed it
 
 
 def test_empty_store_stores_no_watermark(engine: Engine) -> None:

@@ -19,6 +19,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Table,
     Text,
@@ -493,25 +494,31 @@ samples = Table(
 )
 
 
-def _rollup_table(name: str) -> Table:
+def _rollup_table(name: str, covered: tuple[str, ...] = ()) -> Table:
     """Downsampled samples: one row per series and bucket, enough to derive avg/min/max/sum/
-    last/count over any coarser step without reading raw samples."""
+    last/count over any coarser step without reading raw samples. ``covered`` columns are
+    also stored in the primary key's index (PostgreSQL ``INCLUDE``)."""
     return Table(
         name,
         metadata,
-        Column("series_id", BigInteger, primary_key=True),
-        Column("bucket", UTCDateTime(), primary_key=True),
+        Column("series_id", BigInteger, nullable=False),
+        Column("bucket", UTCDateTime(), nullable=False),
         Column("count", Integer, nullable=False),
         Column("sum", Float(precision=53), nullable=False),
         Column("min", Float(precision=53), nullable=False),
         Column("max", Float(precision=53), nullable=False),
         Column("last", Float(precision=53), nullable=False),
         Column("last_ts", UTCDateTime(), nullable=False),
+        PrimaryKeyConstraint("series_id", "bucket", postgresql_include=list(covered)),
     )
 
 
 samples_1m = _rollup_table("samples_1m")
-samples_1h = _rollup_table("samples_1h")
+# The dashboards' week-long panels read a week of hourly rows per series: with the columns
+# tuneloop_series needs in the key's index, they read adjacent index entries instead of one
+# table page per hour (the rollup pass writes each hour of all series together), and the
+# rollup pass vacuums the table so those reads stay index-only (migration 0007).
+samples_1h = _rollup_table("samples_1h", ("count", "sum", "min", "max"))
 
 ROLLUP_TABLES: dict[int, Table] = {60: samples_1m, 3600: samples_1h}
 """Rollup tables by bucket width in seconds."""
