@@ -4,9 +4,11 @@ The JSON files are checked in (Grafana provisions them as they are); a test fail
 differ from what this module builds, so edit here and regenerate.
 
 Every panel reads the store through the PostgreSQL data source. Time series come from
-``tuneloop_series`` (see migration 0005), which picks raw samples, ``samples_1m`` or
-``samples_1h`` by the panel's interval and range and aggregates each series per time bucket,
-so the panel SQL only selects, names and labels the time with ``$__timeGroupAlias``.
+``tuneloop_series`` (see migrations 0005 and 0007), which picks raw samples, ``samples_1m`` or
+``samples_1h`` by the panel's interval and range and aggregates each series per time bucket
+of the panel's interval, so the panel SQL only selects and names: its time is the bucket itself
+(``$__time(bucket)``, a timestamp), not ``$__timeGroupAlias``, which would recompute the same
+bucket as a ``numeric`` for every row.
 Template variables reach SQL only as ``${var:sqlstring}``: each value is quoted and its quotes
 doubled, never pasted as raw text.
 """
@@ -49,7 +51,7 @@ JOB_FILTER = "labels->>'job' = ${job:sqlstring}"
 def gauge_sql(metric: str, name: str, where: str, value: str = "avg") -> str:
     """One line per series of ``metric``: its ``value`` (avg, min, max) per time bucket."""
     return (
-        f"SELECT $__timeGroupAlias(bucket, $__interval), {name} AS metric, {value} AS value\n"
+        f"SELECT $__time(bucket), {name} AS metric, {value} AS value\n"
         f"FROM {series_of(metric)}\n"
         f"WHERE {where}\n"
         "ORDER BY bucket, series_id"
@@ -59,7 +61,7 @@ def gauge_sql(metric: str, name: str, where: str, value: str = "avg") -> str:
 def grouped_sql(metric: str, name: str, where: str, value: str) -> str:
     """One line per ``name``, aggregating the series that share it (ranks of a job)."""
     return (
-        f"SELECT $__timeGroupAlias(bucket, $__interval), {name} AS metric, {value} AS value\n"
+        f"SELECT $__time(bucket), {name} AS metric, {value} AS value\n"
         f"FROM {series_of(metric)}\n"
         f"WHERE {where}\n"
         "GROUP BY 1, 2\n"
@@ -71,12 +73,13 @@ def counter_rate_sql(metric: str, name: str, where: str) -> str:
     """Per-second rate of a counter between consecutive time groups (a decrease, a counter
     reset, gives no point rather than a negative rate)."""
     return (
-        "SELECT time, metric, (total - previous) / (time - previous_time) AS value\n"
+        "SELECT time, metric,\n"
+        "       (total - previous) / extract(epoch FROM time - previous_time) AS value\n"
         "FROM (\n"
         "  SELECT time, metric, total,\n"
         "         lag(total) OVER w AS previous, lag(time) OVER w AS previous_time\n"
         "  FROM (\n"
-        f"    SELECT $__timeGroupAlias(bucket, $__interval), {name} AS metric, max AS total\n"
+        f"    SELECT $__time(bucket), {name} AS metric, max AS total\n"
         f"    FROM {series_of(metric)}\n"
         f"    WHERE {where}\n"
         "  ) AS grouped\n"

@@ -78,11 +78,16 @@ def run(
 
 
 def series(rows: list[Row]) -> dict[str, list[tuple[float, float]]]:
-    """Long time-series rows (time, metric, value) per metric."""
+    """Long time-series rows (time, metric, value) per metric, times in epoch seconds."""
     grouped: dict[str, list[tuple[float, float]]] = {}
     for time, metric, value in rows:
-        grouped.setdefault(metric, []).append((float(time), float(value)))
+        grouped.setdefault(metric, []).append((seconds(time), float(value)))
     return grouped
+
+
+def seconds(time: datetime | float) -> float:
+    """A time column as Grafana reads it: a timestamp, or a number of epoch seconds."""
+    return time.timestamp() if isinstance(time, datetime) else float(time)
 
 
 def epoch(moment: datetime) -> float:
