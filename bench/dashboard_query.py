@@ -6,11 +6,17 @@ Both are expanded exactly as Grafana expands them (``dashboards.grafana_sql``) f
 range at the panel's ``maxDataPoints`` (``$__interval`` = 1h) with every host and GPU
 selected: the panel as shipped, and ``RAW_SQL``, the panel written on raw samples (grouped per
 series with ``$__timeGroup``); the script checks both give the same points before timing.
-They run interleaved, in a scratch database that the script creates (migrated
-with ``tuneloop db upgrade``, filled server-side, rolled up with ``update_rollups`` as the
-periodic task does) and drops::
+With ``--previous`` it also times the panel and schema of revision 0006 (``PREVIOUS_SQL`` on a
+copy of the database downgraded to 0006), on the same rows.
+
+They run interleaved, in a scratch database that the script creates (migrated with
+``tuneloop db upgrade``, filled server-side, rolled up with ``update_rollups`` as the periodic
+task does: an hour at a time, then a minute at a time over the last hour, so rows lie in the
+tables as they would) and drops. Each run is timed twice: on the server (``EXPLAIN (ANALYZE,
+TIMING OFF)``'s execution time) and with the rows fetched into Python::
 
     .venv/bin/python bench/dashboard_query.py              # 1,000 series, 7 days, 1 sample/min
+    .venv/bin/python bench/dashboard_query.py --previous   # also the 0006 panel and schema
     .venv/bin/python bench/dashboard_query.py --quick      # a smoke run
 """
 
@@ -19,12 +25,13 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -52,12 +59,14 @@ def log(message: str) -> None:
 
 
 @contextmanager
-def scratch_database(url: str) -> Iterator[str]:
-    """A new, empty database next to ``url``'s, dropped afterwards whatever happens."""
+def scratch_database(url: str, template: str | None = None) -> Iterator[str]:
+    """A new database next to ``url``'s, empty or a copy of ``template`` (a database URL no
+    one is connected to), dropped afterwards whatever happens."""
     name = f"tuneloop_bench_{uuid.uuid4().hex[:10]}"
     admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    copy = "" if template is None else f' TEMPLATE "{make_url(template).database}"'
     with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
+        connection.execute(text(f'CREATE DATABASE "{name}"{copy}'))
     try:
         yield make_url(url).set(database=name).render_as_string(hide_password=False)
     finally:
@@ -106,24 +115,45 @@ def fill(engine: Engine, series: int, start: datetime, end: datetime, step_s: in
     return count
 
 
+def roll_up(engine: Engine, start: datetime, end: datetime) -> None:
+    """Rollups as the periodic task leaves them at ``end``: each hour's rows written by the
+    pass after the hour (hourly rows are written once, all series together), and the last
+    hour's 1-minute rows a few minutes at a time by passes a minute apart."""
+    step = timedelta(hours=1)
+    now = start + timedelta(minutes=2)
+    while now < end - step:
+        update_rollups(engine, now=now)
+        now += step
+    while now <= end + timedelta(minutes=2):
+        update_rollups(engine, now=now)
+        now += timedelta(minutes=1)
+
+
 def fleet_panel() -> tuple[str, int]:
     """The panel's SQL and its maxDataPoints."""
     (panel,) = [p for p in fleet().panels if p["title"] == PANEL_TITLE]
     return str(panel["targets"][0]["rawSql"]), int(panel["maxDataPoints"])
 
 
-def _point(row: Any) -> tuple[Any, str]:
-    return row[0], str(row[1])
+def _point(row: Any) -> tuple[float, str, float]:
+    """A panel row as Grafana reads it: time (a timestamp or epoch seconds), name, value."""
+    time, name, value = row
+    seconds = time.timestamp() if isinstance(time, datetime) else float(time)
+    return seconds, str(name), float(value)
 
 
-def same_answer(engine: Engine, first: str, second: str) -> None:
-    """Both queries give the same points (to rounding): the comparison is fair."""
-    with engine.connect() as connection:
-        a = connection.execute(text(first.replace(":", r"\:"))).all()
-        b = connection.execute(text(second.replace(":", r"\:"))).all()
-    assert len(a) == len(b), (len(a), len(b))
-    for left, right in zip(sorted(a, key=_point), sorted(b, key=_point), strict=True):
-        assert left[:2] == right[:2] and abs(left[2] - right[2]) < 1e-9, (left, right)
+def same_answer(queries: list[tuple[Engine, str]]) -> None:
+    """All queries give the same points (to rounding): the comparison is fair."""
+    answers = []
+    for engine, sql in queries:
+        with engine.connect() as connection:
+            rows = connection.execute(text(sql.replace(":", r"\:"))).all()
+        answers.append(sorted(_point(row) for row in rows))
+    first, *others = answers
+    for other in others:
+        assert len(first) == len(other), (len(first), len(other))
+        for left, right in zip(first, other, strict=True):
+            assert left[:2] == right[:2] and abs(left[2] - right[2]) < 1e-9, (left, right)
 
 
 RAW_SQL = """
@@ -142,7 +172,28 @@ ORDER BY 1, 2
 with ``$__timeGroup``."""
 
 
+PREVIOUS_SQL = """
+SELECT $__timeGroupAlias(bucket, $__interval),
+       (labels->>'hostname') || ' gpu ' || (labels->>'gpu') AS metric, avg AS value
+FROM tuneloop_series(${project:sqlstring}, 'DCGM_FI_DEV_GPU_UTIL', $__timeFrom(), $__timeTo(),
+                     $__interval_ms)
+WHERE labels->>'hostname' IN (${host:sqlstring}) AND labels->>'gpu' IN (${gpu:sqlstring})
+ORDER BY bucket, series_id
+"""
+"""The panel as revision 0006 shipped it: Grafana's numeric time expression for the bucket."""
+
+
+def server_time(engine: Engine, sql: str) -> float:
+    """Seconds the server spends executing ``sql``, rows not sent (per-node timing off, so
+    instrumentation adds little)."""
+    with engine.connect() as connection:
+        plan = connection.execute(text("EXPLAIN (ANALYZE, TIMING OFF) " + sql.replace(":", r"\:")))
+        (milliseconds,) = re.findall(r"Execution Time: ([\d.]+) ms", "\n".join(plan.scalars()))
+    return float(milliseconds) / 1000
+
+
 def timed(engine: Engine, sql: str) -> tuple[float, int]:
+    """Seconds to run ``sql`` and fetch its rows into Python, and the number of rows."""
     with engine.connect() as connection:
         began = time.perf_counter()
         rows = connection.execute(text(sql.replace(":", r"\:"))).all()
@@ -155,6 +206,7 @@ def main() -> None:
     parser.add_argument("--days", type=float, default=7.0)
     parser.add_argument("--step", type=int, default=60, help="seconds between samples")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--previous", action="store_true", help="also time revision 0006")
     parser.add_argument("--quick", action="store_true", help="100 series, 1 day, 3 repeats")
     parser.add_argument("--url", default=DEFAULT_URL)
     args = parser.parse_args()
@@ -163,59 +215,80 @@ def main() -> None:
 
     end = datetime(2026, 11, 16, tzinfo=UTC)
     start = end - timedelta(days=args.days)
-    with scratch_database(args.url) as url:
+    with ExitStack() as stack:
+        url = stack.enter_context(scratch_database(args.url))
         migrate.upgrade(url)
         engine = make_engine(url)
-        try:
-            began = time.perf_counter()
-            count = fill(engine, args.series, start, end, args.step)
-            log(f"filled {count:,} samples in {time.perf_counter() - began:.1f} s")
-            began = time.perf_counter()
-            update_rollups(engine, now=end + timedelta(minutes=2))
-            log(f"rolled up in {time.perf_counter() - began:.1f} s")
+        began = time.perf_counter()
+        count = fill(engine, args.series, start, end, args.step)
+        log(f"filled {count:,} samples in {time.perf_counter() - began:.1f} s")
+        began = time.perf_counter()
+        roll_up(engine, start, end)
+        log(f"rolled up in {time.perf_counter() - began:.1f} s")
+        with engine.begin() as connection:
+            connection.execute(text("ANALYZE"))  # the rollups' statistics, as autovacuum keeps
+            hosts = [
+                row[0]
+                for row in connection.execute(
+                    text("SELECT DISTINCT labels->>'hostname' FROM series ORDER BY 1")
+                )
+            ]
+        engine.dispose()  # a database is copied only while no one is connected to it
+        engines = {}
+        if args.previous:
+            previous_url = stack.enter_context(scratch_database(args.url, template=url))
+            migrate.downgrade(previous_url, "0006")
+            engines["previous"] = stack.enter_context(disposing(make_engine(previous_url)))
+        engines["current"] = stack.enter_context(disposing(make_engine(url)))
 
-            with engine.connect() as connection:
-                hosts = [
-                    row[0]
-                    for row in connection.execute(
-                        text("SELECT DISTINCT labels->>'hostname' FROM series ORDER BY 1")
-                    )
-                ]
-            variables = {
-                "project": Variable("bench"),
-                "host": Variable(hosts, multi=True, include_all=True),
-                "gpu": Variable([str(g) for g in range(GPUS_PER_HOST)], multi=True),
-            }
-            sql, max_data_points = fleet_panel()
-            query = GrafanaQuery(start, end, variables, max_data_points=max_data_points)
-            rollup_sql, raw_sql = query.expand(sql), query.expand(RAW_SQL)
-            same_answer(engine, rollup_sql, raw_sql)  # also warms the caches
-            contenders: dict[str, Callable[[], tuple[float, int]]] = {
-                "rollups": lambda: timed(engine, rollup_sql),
-                "raw samples": lambda: timed(engine, raw_sql),
-            }
-            times: dict[str, list[float]] = {name: [] for name in contenders}
-            rows: dict[str, int] = {}
-            for repeat in range(args.repeats):
-                order = list(contenders) if repeat % 2 == 0 else list(reversed(contenders))
-                for name in order:
-                    seconds, rows[name] = contenders[name]()
-                    times[name].append(seconds)
-        finally:
-            engine.dispose()
+        variables = {
+            "project": Variable("bench"),
+            "host": Variable(hosts, multi=True, include_all=True),
+            "gpu": Variable([str(g) for g in range(GPUS_PER_HOST)], multi=True),
+        }
+        sql, max_data_points = fleet_panel()
+        query = GrafanaQuery(start, end, variables, max_data_points=max_data_points)
+        contenders = {"rollups": (engines["current"], query.expand(sql))}
+        if args.previous:
+            contenders["rollups, revision 0006"] = (engines["previous"], query.expand(PREVIOUS_SQL))
+        contenders["raw samples"] = (engines["current"], query.expand(RAW_SQL))
+        same_answer(list(contenders.values()))  # also warms the caches
+        server: dict[str, list[float]] = {name: [] for name in contenders}
+        fetched: dict[str, list[float]] = {name: [] for name in contenders}
+        rows: dict[str, int] = {}
+        loads: list[float] = []
+        for repeat in range(args.repeats):
+            order = list(contenders) if repeat % 2 == 0 else list(reversed(contenders))
+            for name in order:
+                loads.append(os.getloadavg()[0])
+                server[name].append(server_time(*contenders[name]))
+                seconds, rows[name] = timed(*contenders[name])
+                fetched[name].append(seconds)
 
-    medians = {name: statistics.median(values) for name, values in times.items()}
+    medians = {name: statistics.median(values) for name, values in server.items()}
+    with_fetch = {name: statistics.median(values) for name, values in fetched.items()}
     print(f"python {platform.python_version()}, {os.cpu_count()} CPUs")
     print(
         f"{args.series:,} series x {args.days:g} days, one sample per {args.step} s "
         f"({count:,} samples); $__interval {query.interval // 1000} s; "
-        f"median of {args.repeats}"
+        f"median of {args.repeats}; load average {min(loads):.1f} to {max(loads):.1f}"
     )
-    print("| query | median ms | rows | ratio raw / rollups |")
-    print("| --- | ---: | ---: | ---: |")
+    print("| query | server ms | with fetch ms | rows | raw / this (server) | raw / this (fetch) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for name in contenders:
-        ratio = medians["raw samples"] / medians[name]
-        print(f"| {name} | {medians[name] * 1000:.0f} | {rows[name]:,} | {ratio:.1f} |")
+        print(
+            f"| {name} | {medians[name] * 1000:,.0f} | {with_fetch[name] * 1000:,.0f} "
+            f"| {rows[name]:,} | {medians['raw samples'] / medians[name]:.1f} "
+            f"| {with_fetch['raw samples'] / with_fetch[name]:.1f} |"
+        )
+
+
+@contextmanager
+def disposing(engine: Engine) -> Iterator[Engine]:
+    try:
+        yield engine
+    finally:
+        engine.dispose()
 
 
 if __name__ == "__main__":
