@@ -47,6 +47,16 @@ def until(probe: Callable[[], T], timeout_s: float, what: str, job: subprocess.P
         time.sleep(0.1)
 
 
+def _actuator_audit(live: Live) -> list[tuple[str, Any]]:
+    with session_scope(live.runtime.sessions) as session:
+        return [
+            (e.action, e.details.get("message"))
+            for e in session.scalars(
+                select(AuditEntry).where(AuditEntry.actor == "actuator").order_by(AuditEntry.id)
+            )
+        ]
+
+
 def stored_steps(live: Live, rank: str) -> dict[int, float]:
     """Samples per step of one rank, from the stored step timings (samples/s x duration)."""
     metrics = [
@@ -111,9 +121,18 @@ def test_two_rank_ddp_job_applies_changes_at_one_step_and_rolls_back_a_bad_one(
         for config in CHANGES:
             version = desire(config)
             until(lambda v=version: observed() == v, 40, f"version {version} ran", job)  # type: ignore[misc]
+        # The actuator verifies a change against measurements of the config before it, and
+        # keeps a change it has nothing to measure against: wait for the job's step timings
+        # to reach the store (the exporters' first batches take a few seconds).
+        until(lambda: len(stored_steps(live, "0")) >= 8, 60, "stored step timings", job)
         bad = desire(BAD)
         # Released once the previous change is verified, measured, then rolled back.
-        until(lambda: observed() > bad, 180, "the bad config was rolled back", job)
+        try:
+            until(lambda: observed() > bad, 180, "the bad config was rolled back", job)
+        except AssertionError as exc:  # say where the actuator stands
+            state = member.get(f"{jobs}/{JOB}/actuator").json()
+            audit = _actuator_audit(live)
+            raise AssertionError(f"{exc}; actuator: {state}; audit: {audit}") from None
         stop.touch()
         assert [process.wait(60) for process in ranks_running] == [0, 0]
     finally:
