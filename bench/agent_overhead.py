@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from threadpoolctl import threadpool_limits
 
 from tuneloop import accounts
 from tuneloop.agent import Agent
+from tuneloop.ports import free_port
 from tuneloop.runtime import Runtime
 from tuneloop.settings import Settings
 from tuneloop.storage import session_scope
@@ -79,9 +79,7 @@ def control_plane(data_dir: Path) -> Iterator[tuple[str, str, str]]:
         _, agent = accounts.create_token(session, project, "agent", "agent")
         _, member = accounts.create_token(session, project, "member", "member")
     runtime.close()
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    port = free_port()
     env = {**os.environ, "TUNELOOP_DATABASE_URL": url, "TUNELOOP_DATA_DIR": str(data_dir)}
     command = [sys.executable, "-m", "tuneloop", "api", "--port", str(port)]
     server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)

@@ -43,7 +43,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -81,6 +80,7 @@ from storage_write import (
 from collector.otlp.delta import DeltaAccumulator
 from collector.otlp.metrics import map_metrics
 from tuneloop import accounts
+from tuneloop.ports import free_port
 from tuneloop.storage import make_engine, session_factory, session_scope
 from tuneloop.storage.models import metadata
 from tuneloop.storage.timeseries.types import SeriesBatch, fingerprint
@@ -236,13 +236,6 @@ def map_locally(bodies: Sequence[bytes]) -> list[list[SeriesBatch]]:
 
 
 # ---------------------------------------------------------------------- the tuneloop server
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class GcClock:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,16 +21,11 @@ import tuneloop.settings
 from api.main import create_app
 from collector.pipeline import Pipeline
 from tuneloop.cli import _register_commands
+from tuneloop.ports import free_port as free_port  # re-exported for the tests
 from tuneloop.runtime import Runtime
 from tuneloop.settings import get_settings
 from tuneloop.storage import make_engine
 from tuneloop.storage.models import metadata, samples
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager

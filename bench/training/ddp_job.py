@@ -79,7 +79,6 @@ import contextlib
 import json
 import math
 import os
-import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -100,6 +99,8 @@ from torch.multiprocessing.spawn import spawn  # type: ignore[import-not-found, 
 from torch.nn.parallel import (  # type: ignore[import-not-found, unused-ignore]
     DistributedDataParallel,
 )
+
+from tuneloop.ports import free_port
 
 WORLD_SIZE = 2
 VALIDATION_SIZE = 360
@@ -501,13 +502,6 @@ def run_one(spec: RunSpec, data: _Data, rank: int, world: int) -> RunResult:
         result.grad_sq_est, result.trace_sigma_est, result.noise_scale = grad_sq, trace, noise
     result.wall_time_s = time.perf_counter() - wall_start
     return result
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _worker(

@@ -22,7 +22,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import httpx
 
 from tuneloop.demo import stats
 from tuneloop.demo.stats import Interval
+from tuneloop.ports import free_port
 
 T = TypeVar("T")
 Say = Callable[[str], None]
@@ -95,12 +95,6 @@ class Measured:
     throughput: Interval
     goodput: Interval
     reached: int
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def until(probe: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.5) -> T:
