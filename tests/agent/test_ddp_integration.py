@@ -20,8 +20,8 @@ import pytest
 from sqlalchemy import select
 
 from tests.agent.conftest import Live
-from tests.agent.ddp_digits_job import save_digits
 from tests.helpers import free_port
+from tuneloop.demo.job import save_digits
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import AuditEntry, Series, samples
 
@@ -107,8 +107,12 @@ def test_two_rank_ddp_job_applies_changes_at_one_step_and_rolls_back_a_bad_one(
 
     stop, data = tmp_path / "stop", tmp_path / "digits.npz"
     save_digits(data)
-    command = [sys.executable, "-m", "tests.agent.ddp_digits_job", live.url, live.agent_token]
-    command += [live.project, JOB, str(data), str(tmp_path), str(stop)]
+    # The demo's job (tuneloop.demo.job), without its emulated interconnect; the input delay
+    # makes throughput depend on the batch size, as on real hardware.
+    command = [sys.executable, "-m", "tuneloop.demo.job", "tune", live.url, live.agent_token]
+    command += [live.project, JOB, str(data), str(tmp_path), "--stop-file", str(stop)]
+    command += ["--batch-size", "16", "--sync-period", "1"]
+    command += ["--input-delay-ms", "4", "--sync-latency-ms", "0"]
     env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
     env.update(MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
     # One process per rank, as torchrun starts them.

@@ -23,9 +23,10 @@ Two modes, one process per rank, started as ``torchrun`` would (``RANK``, ``WORL
   set; the training clock (rank 0's) is paused while it runs, so **time to target** is pure
   training time.
 
-Rank 0 writes ``OUT_DIR/result.json``: steps, the configs applied with their steps, the final
-config and learning rate, the gradient noise scale estimate, throughput (global samples/s of
-training time after the first ``WARMUP_STEPS`` steps) and, in ``eval``, the time to target.
+Each rank writes ``OUT_DIR/rank<N>.json``, its own view: steps, the configs applied with
+their steps, the final config and learning rate, the gradient noise scale estimate, throughput
+(global samples/s of the rank's training time after the first ``WARMUP_STEPS`` steps) and, in
+``eval``, the time to target (rank 0's clock is the demo's).
 
 Two costs are emulated so that the knobs matter as on a real cluster, both documented in the
 output and in ``docs/demo.md``: ``--input-delay-ms`` per micro-batch (an input pipeline's
@@ -143,7 +144,7 @@ def decide(flag: bool) -> bool:
     return bool(box.item())
 
 
-def run(args: argparse.Namespace) -> dict[str, Any] | None:
+def run(args: argparse.Namespace) -> dict[str, Any]:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -233,36 +234,35 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
             )
             episode_started = clock
             reinitialize(model, optimizer, args.seed * 7919 + len(episodes))
-    result: dict[str, Any] | None = None
-    if rank == 0:
-        result = {
-            "mode": args.mode,
-            "seed": args.seed,
-            "steps": step,
-            "samples": samples,
-            "training_s": clock,
-            "throughput_samples_s": warm_samples / warm_clock if warm_clock > 0 else None,
-            "history": training.history,
-            "config": training.config,
-            "batch_size": training.batch_size,
-            "sync_period": training.sync_period,
-            "effective_batch": training.batch_size * training.sync_period * world,
-            "learning_rate": training.learning_rate,
-            "noise_scale": agent.noise_scale.value,
-            "emulation": {
-                "input_delay_ms": args.input_delay_ms,
-                "sync_latency_ms": args.sync_latency_ms,
-            },
-        }
-        if args.mode == "tune":
-            result["episodes"] = episodes
-        else:
-            result.update(
-                target_accuracy=args.target_accuracy,
-                time_to_target_s=reached,
-                best_accuracy=best_accuracy,
-                evaluations=evaluations,
-            )
+    result: dict[str, Any] = {
+        "rank": rank,
+        "mode": args.mode,
+        "seed": args.seed,
+        "steps": step,
+        "samples": samples,
+        "training_s": clock,
+        "throughput_samples_s": warm_samples / warm_clock if warm_clock > 0 else None,
+        "history": training.history,
+        "config": training.config,
+        "batch_size": training.batch_size,
+        "sync_period": training.sync_period,
+        "effective_batch": training.batch_size * training.sync_period * world,
+        "learning_rate": training.learning_rate,
+        "noise_scale": agent.noise_scale.value,
+        "emulation": {
+            "input_delay_ms": args.input_delay_ms,
+            "sync_latency_ms": args.sync_latency_ms,
+        },
+    }
+    if args.mode == "tune":
+        result["episodes"] = episodes
+    else:
+        result.update(
+            target_accuracy=args.target_accuracy,
+            time_to_target_s=reached,
+            best_accuracy=best_accuracy,
+            evaluations=evaluations,
+        )
     agent.close()
     dist.destroy_process_group()
     return result
@@ -291,9 +291,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     result = run(args)
-    if result is not None:
-        out = Path(args.out_dir) / "result.json"
-        out.write_text(json.dumps(result))
+    Path(args.out_dir, f"rank{result['rank']}.json").write_text(json.dumps(result))
 
 
 if __name__ == "__main__":

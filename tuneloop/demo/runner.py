@@ -221,7 +221,7 @@ class RunningJob:
         codes = [p.returncode for p in self.processes]
         if any(codes):
             raise DemoError(f"the job failed (exit codes {codes}); see {self.out_dir}/rank*.log")
-        result: dict[str, Any] = json.loads((self.out_dir / "result.json").read_text())
+        result: dict[str, Any] = json.loads((self.out_dir / "rank0.json").read_text())
         return result
 
     def kill(self) -> None:
