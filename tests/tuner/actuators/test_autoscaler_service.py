@@ -129,7 +129,9 @@ def webhook() -> Iterator[tuple[str, type[WebhookReceiver]]]:
         yield f"{url}/scale", handler
 
 
-def test_scales_out_on_p99_over_the_slo_and_a_rerun_changes_nothing(fleet: Fleet) -> None:
+def test_scales_out_on_p99_over_the_slo_and_a_rerun_changes_nothing_on_a_fake_kubernetes_api(
+    fleet: Fleet,
+) -> None:
     fleet.cluster.replicas[DEPLOYMENT_KEY] = 2
     fleet.write(P99, 0.1, NOW - timedelta(seconds=5), pod="a")
     fleet.write(P99, 0.5, NOW - timedelta(seconds=3), pod="b")  # the worst replica counts
@@ -163,7 +165,7 @@ def test_scales_out_on_p99_over_the_slo_and_a_rerun_changes_nothing(fleet: Fleet
     assert len(fleet.audit()) == 1
 
 
-def test_no_action_on_stale_metrics(fleet: Fleet) -> None:
+def test_no_action_on_stale_metrics_on_a_fake_kubernetes_api(fleet: Fleet) -> None:
     fleet.cluster.replicas[DEPLOYMENT_KEY] = 4
     fleet.write(P99, 5.0, NOW - timedelta(seconds=120))  # older than max_metric_age_s (60)
     stale = fleet.add("stale", DEPLOYMENT)
@@ -185,7 +187,7 @@ def test_no_action_on_stale_metrics(fleet: Fleet) -> None:
     assert fleet.audit() == []
 
 
-def test_bounds_are_held_whatever_the_metrics(fleet: Fleet) -> None:
+def test_bounds_are_held_whatever_the_metrics_on_a_fake_kubernetes_api(fleet: Fleet) -> None:
     fleet.cluster.replicas[DEPLOYMENT_KEY] = 14  # scaled by hand past the maximum
     autoscaler = fleet.add("llama", DEPLOYMENT)
 
@@ -206,7 +208,7 @@ def test_bounds_are_held_whatever_the_metrics(fleet: Fleet) -> None:
     assert fleet.audit()[1][1]["by"] == "policy"
 
 
-def test_stabilization_survives_a_restart(fleet: Fleet) -> None:
+def test_stabilization_survives_a_restart_on_a_fake_kubernetes_api(fleet: Fleet) -> None:
     fleet.cluster.replicas[DEPLOYMENT_KEY] = 4
     fleet.write(P99, 0.4, NOW - timedelta(seconds=1))
     autoscaler = fleet.add("llama", DEPLOYMENT)
