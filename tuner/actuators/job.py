@@ -122,32 +122,36 @@ def _goal_version(session: Session, job: Job, row: JobActuator) -> int | None:
     return row.goal_version
 
 
-def _version(session: Session, job: Job, number: int | None) -> Version | None:
-    if number is None:
-        return None
-    found = protocol.config_version(session, job, "desired", number)
+def _desired(session: Session, job: Job, number: int | None) -> JobConfig | None:
+    return None if number is None else protocol.config_version(session, job, "desired", number)
+
+
+def _as_version(found: JobConfig | None) -> Version | None:
     return None if found is None else Version(found.version, dict(found.config))
 
 
-def _written_by_study(session: Session, job: Job, number: int | None) -> bool:
-    if number is None:
-        return False
-    found = protocol.config_version(session, job, "desired", number)
+def _version(session: Session, job: Job, number: int | None) -> Version | None:
+    return _as_version(_desired(session, job, number))
+
+
+def _written_by_study(found: JobConfig | None) -> bool:
     return found is not None and found.source.startswith(STUDY_SOURCE_PREFIX)
 
 
 def _policy_for(
-    session: Session, job: Job, row: JobActuator, policy: ActuationPolicy, goal: int | None
+    policy: ActuationPolicy,
+    row: JobActuator,
+    goal: JobConfig | None,
+    released: JobConfig | None,
 ) -> ActuationPolicy:
     """``policy`` without verification while a tuning study's trials are what is released: a
     study measures each trial over its own window and keeps the best, so verifying them too
     would hold every trial for the verification window and roll back the very exploration
     the study exists for. A person's change still being verified is verified first."""
-    if not policy.verify.enabled or not _written_by_study(session, job, goal):
+    if not policy.verify.enabled or not _written_by_study(goal):
         return policy
-    released = row.released_version
-    verified = released is None or released == row.last_good_version
-    if not verified and not _written_by_study(session, job, released):
+    verified = released is None or released.version == row.last_good_version
+    if not verified and not _written_by_study(released):
         return policy
     return replace(policy, verify=replace(policy.verify, enabled=False))
 
@@ -214,15 +218,13 @@ def reconcile_job(session: Session, job: Job, *, now: datetime | None = None) ->
     goal_number = _goal_version(session, job, row)
     if goal_number != row.goal_version:
         row.goal_version = goal_number
-    policy = _policy_for(session, job, row, policy, goal_number)
+    goal = _desired(session, job, goal_number)
     released = protocol.released_config(session, job)
-    released_version = (
-        None if released is None else Version(released.version, dict(released.config))
-    )
+    policy = _policy_for(policy, row, goal, released)
     view = View(
         now=now.timestamp(),
-        goal=_version(session, job, goal_number),
-        released=released_version,
+        goal=_as_version(goal),
+        released=_as_version(released),
         last_good=_version(session, job, row.last_good_version),
         approved_version=row.approved_version,
         changed_at=row.changed_at.timestamp() if row.changed_at else None,
