@@ -2,7 +2,7 @@
 
 The problems (``bench/tuning_problems.py``, whose docstring has the details) replay the real
 DDP training runs of ``bench/data``: a 2-rank PyTorch DistributedDataParallel job on
-scikit-learn's digits, measured over per-rank batch {4..128} x sync period {1..8} under five
+scikit-learn's digits, measured over per-rank batch {2..256} x sync period {1..16} under five
 conditions (``bench/data/README.md``). **Each trial draws one of the proposed configuration's
 measured runs at random** (uniformly, with replacement) and tells the strategy that run's value:
 speed to target (1 / time to 98% validation accuracy, 0 when not reached), goodput (the run's

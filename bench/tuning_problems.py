@@ -3,10 +3,10 @@
 Every number a problem returns comes from a real run of ``bench/training/ddp_job.py`` (see
 ``bench/data/README.md``): nothing is modelled or interpolated.
 
-- **Space**: the measured grid, per-rank batch ``b`` in {4, ..., 128} x sync period ``k`` in
-  {1, 2, 4, 8} (powers of two, gradient accumulation over 2 ranks), with the job's own
-  learning-rate rule (square root, 0.05 at an effective batch of 32), so the tuner's
-  ``SearchSpace.desired`` gives each proposal the learning rate it was measured with.
+- **Space**: the measured grid, per-rank batch ``b`` in {2, ..., 256} x sync period ``k`` in
+  {1, 2, 4, 8, 16} (powers of two: 40 configurations; gradient accumulation over 2 ranks),
+  with the job's own learning-rate rule (square root, 0.05 at an effective batch of 32), so the
+  tuner's ``SearchSpace.desired`` gives each proposal the learning rate it was measured with.
 - **One evaluation** of a configuration draws one of that configuration's measured runs
   uniformly at random (with replacement, from a generator the caller seeds) and returns the
   run's objective value: the run-to-run noise of the problem is the measured one (load on the
@@ -58,8 +58,8 @@ class ProblemError(ValueError):
 def measured_space() -> SearchSpace:
     """The grid the runs were measured on, with the job's learning-rate rule."""
     return SearchSpace.training(
-        (4, 128),
-        (1, 8),
+        (2, 256),
+        (1, 16),
         sync_powers_of_two=True,
         lr_scaling="sqrt",
         base_lr=0.05,
@@ -212,19 +212,19 @@ STATIC_PROBLEMS: tuple[ProblemSpec, ...] = (
         "baseline/ttt",
         "baseline",
         "speed",
-        "time to target, real loopback all-reduce: interior optimum, flat top",
+        "time to target, real loopback all-reduce: interior optimum, one config within 95%",
     ),
     ProblemSpec(
         "slownet/ttt",
         "slownet",
         "speed",
-        "time to target, emulated slow network: interior optimum at a larger batch",
+        "time to target, emulated slow network: the same argmax, a flat top of three configs",
     ),
     ProblemSpec(
         "memlimit/ttt",
         "memlimit",
         "speed",
-        "time to target, 2 MiB memory limit: b >= 64 out of memory",
+        "time to target, 2 MiB memory limit: b >= 64 out of memory, the optimum cut off",
     ),
     ProblemSpec(
         "slownet_mem1m/ttt",
@@ -274,7 +274,7 @@ MOVING_PROBLEMS: tuple[tuple[ProblemSpec, ProblemSpec], ...] = (
 )
 """The moving optimum: the same job, the network slows halfway. The memory-limited pair is the
 clean move (same grid, same limit: (16, 1) -> (16, 4)); on the full grid goodput's optimum moves
-from (16, 1) to (32, 2) (time to target's stays at (32, 2), so that pair is not used for it).
+from (16, 1) to (64, 1) (time to target's stays at (64, 1), so that pair is not used for it).
 A problem with the same name as a static one is the same problem (same draws)."""
 
 

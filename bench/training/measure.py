@@ -73,8 +73,8 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 RAW_NAME = "ddp_digits_runs.jsonl"
 META_NAME = "ddp_digits_sessions.json"
 
-BATCHES = (4, 8, 16, 32, 64, 128)
-PERIODS = (1, 2, 4, 8)
+BATCHES = (2, 4, 8, 16, 32, 64, 128, 256)
+PERIODS = (1, 2, 4, 8, 16)
 REPEATS = 3
 ONLINE_WINDOW_S = 1.0
 
@@ -102,19 +102,20 @@ DESCRIPTIONS = {
         "Baseline network with an emulated 2 MiB per-rank GPU memory limit: a micro-batch whose "
         "estimated activation memory (b x 14,602 elements x 4 B) exceeds it fails before its "
         "first forward pass with an emulated CUDA out-of-memory error (status 'oom', "
-        "infeasible): b <= 32 fits (1.78 MiB), b >= 64 (3.56 MiB) does not. The limit does not "
-        "bind: the baseline optimum (b = 32, k = 2) fits."
+        "infeasible): b <= 32 fits (1.78 MiB), b >= 64 (3.56 MiB) does not. The limit binds: "
+        "it cuts off the baseline optimum (b = 64, k = 1); the best feasible config reaches the "
+        "same effective batch M = 128 with b = 32, k = 2."
     ),
     "mem1m": (
         "Baseline network with an emulated 1 MiB per-rank GPU memory limit (see memlimit): "
-        "b <= 16 fits (0.89 MiB), b >= 32 (1.78 MiB) fails as 'oom'. It cuts off the baseline's "
-        "measured optimum (b = 32, k = 2), but b = 16, k = 1, within noise of it, fits. The "
-        "first half of the moving-optimum pair mem1m -> slownet_mem1m (only the network "
-        "changes)."
+        "b <= 16 fits (0.89 MiB), b >= 32 (1.78 MiB) fails as 'oom': half the grid. It cuts off "
+        "the optima of baseline (b = 64, k = 1) and memlimit (b = 32, k = 2); the best feasible "
+        "config is b = 16, k = 1 (M = 32). The first half of the moving-optimum pair "
+        "mem1m -> slownet_mem1m (only the network changes)."
     ),
     "slownet_mem1m": (
         "The slownet emulation plus the 1 MiB limit of mem1m: b <= 16 fits, b >= 32 fails as "
-        "'oom'. It cuts off slownet's best configs (b = 32, k = 2 and b = 64, k = 1, M = 128); "
+        "'oom'. It cuts off slownet's best configs (b = 64, k = 1 and b = 32, k = 2, M = 128); "
         "the best feasible one reaches M = 128 by accumulating (b = 16, k = 4). The second half "
         "of the moving-optimum pair mem1m -> slownet_mem1m."
     ),
