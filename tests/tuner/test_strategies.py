@@ -423,3 +423,39 @@ def test_bandit_takes_the_noise_of_the_new_conditions_after_a_change() -> None:
     ]
     proposal = AdaptiveBandit(space, seed=0).ask(history)
     assert (proposal["batch_size"], proposal["sync_period"]) != (16, 8), proposal
+
+
+def _change_multipliers(bandit: AdaptiveBandit, values: list[float]) -> list[float]:
+    config = {"batch_size": 64, "sync_period": 1}
+    history = [Observation(i, config, "complete", value=v) for i, v in enumerate(values)]
+    y = np.log(np.asarray(values))
+    weights = bandit._change_weights(history, y, np.zeros(len(values)), 0.03, relative=False)
+    return list(weights)
+
+
+def test_bandit_old_evidence_fades_with_each_trial_after_a_change() -> None:
+    bandit = AdaptiveBandit(POW2, seed=0, forget=0.2, fade=0.7)
+    multipliers = _change_multipliers(bandit, [100.0] * 6 + [10.0] * 4)  # the change at 6
+    assert multipliers[6:] == [1.0] * 4
+    assert multipliers[:6] == pytest.approx([0.2 * 0.7**4] * 6)
+
+
+def test_bandit_one_surprising_run_is_not_a_change() -> None:
+    bandit = AdaptiveBandit(POW2, seed=0)
+    # A straggler (or a run that never reached its target) between ordinary repeats.
+    assert _change_multipliers(bandit, [100.0] * 6 + [10.0] + [100.0] * 3) == [1.0] * 10
+    # Two in a row in opposite directions are noise too; two the same way are a change.
+    assert _change_multipliers(bandit, [100.0] * 6 + [10.0, 1000.0] + [100.0] * 2) == [1.0] * 10
+    assert _change_multipliers(bandit, [100.0] * 6 + [10.0, 10.0])[:6] != [1.0] * 6
+    single = AdaptiveBandit(POW2, seed=0, change_confirmations=1)
+    assert _change_multipliers(single, [100.0] * 6 + [10.0] + [100.0] * 3)[:6] != [1.0] * 6
+
+
+def test_bandit_reports_the_change_point_it_acts_on() -> None:
+    config = {"batch_size": 64, "sync_period": 1}
+    steady = [Observation(i, config, "complete", value=100.0) for i in range(6)]
+    bandit = AdaptiveBandit(POW2, seed=0)
+    assert bandit.change_point([]) is None
+    assert bandit.change_point(steady) is None
+    slower = [Observation(i, config, "complete", value=10.0) for i in range(6, 9)]
+    assert bandit.change_point(steady + slower) == 6
