@@ -148,8 +148,8 @@ class AdaptiveBandit(BaseStrategy):
         allowed = self._allowed(history)
         if not allowed.any():
             raise SpaceExhausted("bandit: every arm is excluded (OOM, running or failed)")
-        data, log_scale = self._rewards(history)
-        if not data:
+        evidence = self._evidence(history)
+        if evidence is None:
             # Nothing to learn from yet: an untried allowed arm, at random (seeded).
             rng = self._rng(history)
             tried = {config_key(o.config) for o in history if not o.prior}
@@ -157,14 +157,9 @@ class AdaptiveBandit(BaseStrategy):
             pick = fresh or list(np.flatnonzero(allowed))
             return self._arms[int(pick[int(rng.integers(len(pick)))])]
 
-        obs = [o for o, _, _ in data]
-        y = np.asarray([r for _, r, _ in data], dtype=float)
-        stderr = np.asarray([e for _, _, e in data], dtype=float)
-        relative = not log_scale  # linear values: noise proportional to the level
+        obs, y, stderr, relative, floor, changed = evidence
         coords = self.space.lattice_coordinates([o.config for o in obs], self.resolution)
         now = context if context is not None else dict(obs[-1].context)
-        floor = max(self.noise_floor, _repeat_noise(obs, y, relative))
-        changed = self._change_weights(obs, y, stderr, floor, relative)
         start = int(np.argmax(changed == 1.0))  # the first trial after the latest change
         if start:
             # Conditions that move the optimum move the noise too (a contended network is
@@ -189,16 +184,29 @@ class AdaptiveBandit(BaseStrategy):
         """The number of the first trial after the latest change the policy detects in
         ``history``, or ``None`` when it sees none (what ``ask`` acts on; for logs and
         benchmarks)."""
+        evidence = self._evidence(history)
+        if evidence is None:
+            return None
+        obs, *_, changed = evidence
+        start = int(np.argmax(changed == 1.0))
+        return obs[start].number if start else None
+
+    def _evidence(
+        self, history: Sequence[Observation]
+    ) -> tuple[list[Observation], np.ndarray, np.ndarray, bool, float, np.ndarray] | None:
+        """What the model learns from: the informative trials, their rewards and stderrs,
+        whether the rewards are linear (noise relative to the level), the noise floor and the
+        change multipliers; ``None`` when nothing is informative yet."""
         data, log_scale = self._rewards(history)
         if not data:
             return None
         obs = [o for o, _, _ in data]
         y = np.asarray([r for _, r, _ in data], dtype=float)
         stderr = np.asarray([e for _, _, e in data], dtype=float)
-        floor = max(self.noise_floor, _repeat_noise(obs, y, not log_scale))
-        changed = self._change_weights(obs, y, stderr, floor, not log_scale)
-        start = int(np.argmax(changed == 1.0))
-        return obs[start].number if start else None
+        relative = not log_scale  # linear values: noise proportional to the level
+        floor = max(self.noise_floor, _repeat_noise(obs, y, relative))
+        changed = self._change_weights(obs, y, stderr, floor, relative)
+        return obs, y, stderr, relative, floor, changed
 
     def _allowed(self, history: Sequence[Observation]) -> np.ndarray:
         dominated = oom_rule(self.space, history)
