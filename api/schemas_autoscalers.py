@@ -7,8 +7,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tuneloop.storage.models import Autoscaler
-
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 
 TARGET_DOC = (
@@ -63,35 +61,24 @@ class AutoscalerCreate(AutoscalerSpec):
 
 
 class AutoscalerOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     name: str
     target_kind: str
     target: dict[str, Any]
     policy: dict[str, Any]
-    p99: SelectorIn | None
-    queue: SelectorIn | None
+    p99: SelectorIn | None = Field(validation_alias="p99_selector")
+    queue: SelectorIn | None = Field(validation_alias="queue_selector")
     dry_run: bool
     enabled: bool
     created_at: datetime
     updated_at: datetime
 
-    @classmethod
-    def of(cls, row: Autoscaler) -> AutoscalerOut:
-        return cls(
-            name=row.name,
-            target_kind=row.target_kind,
-            target=row.target,
-            policy=row.policy,
-            p99=SelectorIn.model_validate(row.p99_selector) if row.p99_selector else None,
-            queue=SelectorIn.model_validate(row.queue_selector) if row.queue_selector else None,
-            dry_run=row.dry_run,
-            enabled=row.enabled,
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-        )
-
 
 class AutoscalerStateOut(BaseModel):
     """What the reconcile loop last saw and did."""
+
+    model_config = ConfigDict(from_attributes=True)
 
     name: str
     enabled: bool
@@ -108,18 +95,3 @@ class AutoscalerStateOut(BaseModel):
     state: dict[str, Any] = Field(
         description="Remembered recommendations and scale events ([epoch seconds, replicas])"
     )
-
-    @classmethod
-    def of(cls, row: Autoscaler) -> AutoscalerStateOut:
-        return cls(
-            name=row.name,
-            enabled=row.enabled,
-            dry_run=row.dry_run,
-            replicas=row.replicas,
-            last_decision=row.last_decision,
-            last_reason=row.last_reason,
-            last_decision_at=row.last_decision_at,
-            last_error=row.last_error,
-            last_error_at=row.last_error_at,
-            state=row.state,
-        )

@@ -104,7 +104,7 @@ def create_autoscaler(
     definition = _definition(body)
     row = store.create_autoscaler(session, project, body.name, definition)
     _audit(session, token, project, "autoscaler.create", row.name, asdict(definition))
-    return AutoscalerOut.of(row)
+    return AutoscalerOut.model_validate(row)
 
 
 @router.get("", summary="A project's autoscalers, by name")
@@ -112,12 +112,12 @@ def list_autoscalers(
     project: ProjectDep, session: SessionDep, _token: CurrentToken, page: PageDep
 ) -> Page[AutoscalerOut]:
     rows = store.list_autoscalers(session, project, limit=page.fetch, offset=page.offset)
-    return page.build(rows, AutoscalerOut.of)
+    return page.build(rows, AutoscalerOut.model_validate)
 
 
 @router.get("/{name}", summary="One autoscaler's definition")
 def read_autoscaler(autoscaler: AutoscalerDep) -> AutoscalerOut:
-    return AutoscalerOut.of(autoscaler)
+    return AutoscalerOut.model_validate(autoscaler)
 
 
 @router.put("/{name}", summary="Replace an autoscaler's definition")
@@ -137,7 +137,7 @@ def replace_autoscaler(
     changes = store.replace_autoscaler(session, autoscaler, definition)
     if changes:
         _audit(session, token, project, "autoscaler.update", autoscaler.name, changes)
-    return AutoscalerOut.of(autoscaler)
+    return AutoscalerOut.model_validate(autoscaler)
 
 
 @router.delete(
@@ -155,4 +155,4 @@ def delete_autoscaler(
 
 @router.get("/{name}/state", summary="What the reconcile loop last saw and did")
 def read_state(autoscaler: AutoscalerDep) -> AutoscalerStateOut:
-    return AutoscalerStateOut.of(autoscaler)
+    return AutoscalerStateOut.model_validate(autoscaler)
