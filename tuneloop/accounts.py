@@ -20,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from tuneloop.storage.models import ApiToken, AuditEntry, Project
+from tuneloop.storage.models import ApiToken, AuditEntry, Job, Project
 from tuneloop.storage.types import utcnow
 
 Role = Literal["admin", "member", "agent"]
@@ -326,6 +326,39 @@ def record_audit(
     )
     session.add(entry)
     return entry
+
+
+def record_token_audit(
+    session: Session,
+    token: ApiToken,
+    project: Project,
+    action: str,
+    target: str,
+    details: Mapping[str, Any] | None = None,
+) -> AuditEntry:
+    """Append what ``token`` did in ``project`` (an API request's entry)."""
+    return record_audit(
+        session,
+        actor=actor_name(token),
+        action=action,
+        target=target,
+        project_id=project.id,
+        details=details,
+    )
+
+
+def record_job_audit(
+    session: Session,
+    token: ApiToken,
+    project: Project,
+    action: str,
+    job: Job,
+    details: Mapping[str, Any] | None = None,
+) -> AuditEntry:
+    """Append what ``token`` did to ``job``: the target names it, the details carry its id."""
+    return record_token_audit(
+        session, token, project, action, f"job:{job.name}", {"job_id": job.id, **(details or {})}
+    )
 
 
 def list_audit(

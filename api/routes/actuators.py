@@ -77,13 +77,8 @@ def set_actuator_policy(
     except PolicyError as exc:
         raise InvalidInput(f"invalid actuation policy: {exc}") from None
     row = actuator.set_policy(session, job, parsed)
-    accounts.record_audit(
-        session,
-        actor=accounts.actor_name(token),
-        action="actuator.policy",
-        target=f"job:{job.name}",
-        project_id=project.id,
-        details={"job_id": job.id, "policy": parsed.to_dict()},
+    accounts.record_job_audit(
+        session, token, project, "actuator.policy", job, {"policy": parsed.to_dict()}
     )
     return _out(row)
 
@@ -94,13 +89,8 @@ def approve(
 ) -> ActuatorOut:
     require(accounts.can_write_desired_config(token), "agent tokens cannot approve changes")
     row = actuator.approve(session, job, body.version)
-    accounts.record_audit(
-        session,
-        actor=accounts.actor_name(token),
-        action="actuator.approve",
-        target=f"job:{job.name}",
-        project_id=project.id,
-        details={"job_id": job.id, "version": body.version},
+    accounts.record_job_audit(
+        session, token, project, "actuator.approve", job, {"version": body.version}
     )
     return _out(row)
 

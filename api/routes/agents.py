@@ -100,13 +100,13 @@ def register_agent(
     )
     if body.config is not None:
         adopt_initial(session, job, body.config)
-    accounts.record_audit(
+    accounts.record_job_audit(
         session,
-        actor=accounts.actor_name(token),
-        action="job.agent.register",
-        target=f"job:{job.name}",
-        project_id=project.id,
-        details={"job_id": job.id, "agent_id": agent.id, **body.model_dump(exclude={"config"})},
+        token,
+        project,
+        "job.agent.register",
+        job,
+        {"agent_id": agent.id, **body.model_dump(exclude={"config"})},
     )
     return _agent_out(session, agent, job)
 
@@ -244,13 +244,13 @@ def _refuse(
         why,
     )
     with session_scope(runtime.sessions) as session:
-        accounts.record_audit(
+        accounts.record_job_audit(
             session,
-            actor=accounts.actor_name(token),
-            action="job.config.ack_refused",
-            target=f"job:{job.name}",
-            project_id=project.id,
-            details={"job_id": job.id, **body.model_dump(), "reason": why},
+            token,
+            project,
+            "job.config.ack_refused",
+            job,
+            {**body.model_dump(), "reason": why},
         )
 
 
@@ -280,12 +280,5 @@ def acknowledge(
         _refuse(runtime, token, project, job, body, str(exc))
         raise
     agent_service.touch(agent)
-    accounts.record_audit(
-        session,
-        actor=accounts.actor_name(token),
-        action="job.config.ack",
-        target=f"job:{job.name}",
-        project_id=project.id,
-        details={"job_id": job.id, **body.model_dump()},
-    )
+    accounts.record_job_audit(session, token, project, "job.config.ack", job, {**body.model_dump()})
     return ConfigVersionOut.model_validate(observed)

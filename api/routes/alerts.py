@@ -61,14 +61,7 @@ def _audit(
     session: Session, token: ApiToken, project: Project, action: str, target: str,
     details: Mapping[str, Any],
 ) -> None:  # fmt: skip
-    accounts.record_audit(
-        session,
-        actor=accounts.actor_name(token),
-        action=action,
-        target=target,
-        project_id=project.id,
-        details=dict(details),
-    )
+    accounts.record_token_audit(session, token, project, action, target, details)
 
 
 # --------------------------------------------------------------------------- rules

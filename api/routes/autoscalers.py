@@ -84,14 +84,7 @@ def _audit(
     name: str,
     details: dict[str, Any],
 ) -> None:
-    accounts.record_audit(
-        session,
-        actor=accounts.actor_name(token),
-        action=action,
-        target=f"autoscaler:{name}",
-        project_id=project.id,
-        details=details,
-    )
+    accounts.record_token_audit(session, token, project, action, f"autoscaler:{name}", details)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, summary="Create an autoscaler (admin)")

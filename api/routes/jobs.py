@@ -6,8 +6,7 @@ report observed config; desired config is written by members and admins only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, status
 from sqlalchemy.orm import Session
@@ -53,24 +52,6 @@ def get_job(
 JobDep = Annotated[Job, Depends(get_job)]
 
 
-def _audit(
-    session: Session,
-    token: ApiToken,
-    project: Project,
-    action: str,
-    job: Job,
-    details: Mapping[str, Any],
-) -> None:
-    accounts.record_audit(
-        session,
-        actor=accounts.actor_name(token),
-        action=action,
-        target=f"job:{job.name}",
-        project_id=project.id,
-        details={"job_id": job.id, **details},
-    )
-
-
 @router.post("", status_code=status.HTTP_201_CREATED, summary="Register a job")
 def create_job(
     body: JobCreate, project: ProjectDep, session: SessionDep, token: CurrentToken
@@ -78,7 +59,7 @@ def create_job(
     job = job_service.create_job(
         session, project, body.name, kind=body.kind, labels=body.labels, status=body.status
     )
-    _audit(session, token, project, "job.create", job, body.model_dump())
+    accounts.record_job_audit(session, token, project, "job.create", job, body.model_dump())
     return JobOut.model_validate(job)
 
 
@@ -108,7 +89,7 @@ def update_job(
     """``labels`` replaces the whole label set. A change is written to the audit log."""
     changes = job_service.update_job(session, job, status=body.status, labels=body.labels)
     if changes:
-        _audit(session, token, project, "job.update", job, changes)
+        accounts.record_job_audit(session, token, project, "job.update", job, changes)
     return JobOut.model_validate(job)
 
 
@@ -125,7 +106,7 @@ def _write_config(
     body: ConfigWrite,
 ) -> ConfigVersionOut:
     row = job_service.append_config(session, job, kind, body.config, source=body.source)
-    _audit(
+    accounts.record_job_audit(
         session,
         token,
         project,

@@ -28,13 +28,8 @@ router = APIRouter(prefix=f"{API_PREFIX}/projects", tags=["projects"], responses
 )
 def create_project(body: ProjectCreate, session: SessionDep, token: AdminToken) -> ProjectOut:
     project = accounts.create_project(session, body.name, max_series=body.max_series)
-    accounts.record_audit(
-        session,
-        actor=accounts.actor_name(token),
-        action="project.create",
-        target=f"project:{project.name}",
-        project_id=project.id,
-        details=body.model_dump(),
+    accounts.record_token_audit(
+        session, token, project, "project.create", f"project:{project.name}", body.model_dump()
     )
     return ProjectOut.model_validate(project)
 
