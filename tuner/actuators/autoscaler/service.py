@@ -35,6 +35,7 @@ from tuner.actuators.autoscaler.policy import Metrics, ScaleDecision, ScalePolic
 from tuner.actuators.autoscaler.reconcile import ScaleTarget, autoscale
 from tuner.actuators.autoscaler.signals import fleet_metrics
 from tuner.actuators.autoscaler.spec import SpecError, policy_from_dict
+from tuner.actuators.autoscaler.store import Definition, definition_of, target_changes
 from tuner.actuators.autoscaler.targets import TIMEOUT_S, describe_error, open_target
 from tuner.actuators.job import begin_write
 
@@ -67,12 +68,7 @@ class _Snapshot:
     id: int
     project_id: int
     name: str
-    target_kind: str
-    target: dict[str, Any]
-    policy: dict[str, Any]
-    p99: dict[str, Any] | None
-    queue: dict[str, Any] | None
-    dry_run: bool
+    definition: Definition
     state: dict[str, Any]
 
 
@@ -135,18 +131,7 @@ def reconcile_autoscaler(
 
 
 def _snapshot(row: Autoscaler) -> _Snapshot:
-    return _Snapshot(
-        id=row.id,
-        project_id=row.project_id,
-        name=row.name,
-        target_kind=row.target_kind,
-        target=dict(row.target),
-        policy=dict(row.policy),
-        p99=dict(row.p99_selector) if row.p99_selector is not None else None,
-        queue=dict(row.queue_selector) if row.queue_selector is not None else None,
-        dry_run=row.dry_run,
-        state=dict(row.state),
-    )
+    return _Snapshot(row.id, row.project_id, row.name, definition_of(row), dict(row.state))
 
 
 def _look(session: Session, autoscaler_id: int, now: datetime) -> _Look | PassResult:
@@ -160,12 +145,12 @@ def _look(session: Session, autoscaler_id: int, now: datetime) -> _Look | PassRe
             return PassResult("gone" if row is None else "skipped")
         snap = _snapshot(row)
         try:
-            policy = policy_from_dict(snap.policy)
+            policy = policy_from_dict(snap.definition.policy)
             metrics = fleet_metrics(
                 session.connection(),
                 snap.project_id,
-                p99=snap.p99,
-                queue=snap.queue,
+                p99=snap.definition.p99_selector,
+                queue=snap.definition.queue_selector,
                 now=now,
                 max_age_s=policy.max_metric_age_s,
             )
@@ -219,11 +204,14 @@ def _call_target(
     kubeconfig = (settings or get_settings()).kubeconfig
     recorder: _Recorder | None = None
     try:
-        with open_target(snap.target_kind, snap.target, kubeconfig=kubeconfig) as target:
+        definition = snap.definition
+        with open_target(
+            definition.target_kind, definition.target, kubeconfig=kubeconfig
+        ) as target:
             recorder = _Recorder(target)
             state = state_from_dict(snap.state)
             decision = autoscale(
-                recorder, policy, state, metrics, now.timestamp(), dry_run=snap.dry_run
+                recorder, policy, state, metrics, now.timestamp(), dry_run=definition.dry_run
             )
     except Exception as exc:
         error = describe_error(exc)
@@ -246,7 +234,7 @@ def _finish(
         return PassResult("gone")
     if row.lease_until == lease:  # not when it ran out and another pass took it
         row.lease_until = None
-    if (row.target_kind, row.target) != (snap.target_kind, snap.target):
+    if target_changes(row, snap.definition):
         # Replaced during the pass: what this pass saw belongs to the old target.
         session.commit()
         return PassResult("conflict")
@@ -288,7 +276,7 @@ def _record_decision(
         row.last_decision, row.last_reason = decision.replicas, decision.reason
         row.last_decision_at = now
     if decision.replicas != observed:
-        action = "dry_run" if snap.dry_run else "scaled"
+        action = "dry_run" if snap.definition.dry_run else "scaled"
     else:
         action = "refused" if decision.reason in REFUSALS else "unchanged"
     # A scale always; a dry run or a refusal once, not again at every pass that repeats it.
@@ -297,7 +285,7 @@ def _record_decision(
             "from": observed,
             "to": decision.replicas,
             "reason": decision.reason,
-            "dry_run": snap.dry_run,
+            "dry_run": snap.definition.dry_run,
             "metrics": _evidence(outcome.metrics),
         }
         if action == "refused":
