@@ -459,3 +459,17 @@ def test_bandit_reports_the_change_point_it_acts_on() -> None:
     assert bandit.change_point(steady) is None
     slower = [Observation(i, config, "complete", value=10.0) for i in range(6, 9)]
     assert bandit.change_point(steady + slower) == 6
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"fade": 0.0}, "fade must be in"),
+        ({"fade": 1.5}, "fade must be in"),
+        ({"forget": -0.1}, "forget must be in"),
+        ({"change_confirmations": 0}, "change_confirmations must be >= 1"),
+    ],
+)
+def test_bandit_refuses_settings_that_make_no_sense(options, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        AdaptiveBandit(POW2, **options)
