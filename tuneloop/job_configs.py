@@ -27,13 +27,44 @@ ConfigKind = Literal["desired", "observed"]
 CONFIG_WRITE_ATTEMPTS: Final = 5
 
 ACK_KEY: Final = "desired_version"
-STUDY_SOURCE_PREFIX: Final = "tuner:study:"
-"""``JobConfig.source`` of the desired configs a tuning study writes (then the study's id)."""
 """Key of an observed config: the desired version the job now runs."""
+STUDY_SOURCE_PREFIX: Final = "tuner:study:"
+"""``JobConfig.source`` of the desired configs a tuning study writes for its trials (then the
+study's id): exploration, released without verification and never the last good version."""
+STUDY_OUTCOME_SUFFIX: Final = ":outcome"
+"""Ends the source of the one desired config a study writes when it ends: the pre-study config
+it restores, or the best config after it beat the pre-study one by more than the noise. Either
+was measured as good, so the actuator releases it as the job's last good version."""
 STATUS_KEY: Final = "status"
 """Key of an observed config: ``running``, or one of :data:`FAILED_STATUSES`."""
 REASON_KEY: Final = "reason"
 FAILED_STATUSES: Final = ("oom", "failed")
+
+
+def study_trial_source(study_id: int) -> str:
+    """``JobConfig.source`` of a study's trial configs."""
+    return f"{STUDY_SOURCE_PREFIX}{study_id}"
+
+
+def study_outcome_source(study_id: int) -> str:
+    """``JobConfig.source`` of the config a study leaves the job on when it ends."""
+    return f"{STUDY_SOURCE_PREFIX}{study_id}{STUDY_OUTCOME_SUFFIX}"
+
+
+def is_study_trial(source: str | None) -> bool:
+    return (
+        source is not None
+        and source.startswith(STUDY_SOURCE_PREFIX)
+        and not source.endswith(STUDY_OUTCOME_SUFFIX)
+    )
+
+
+def is_study_outcome(source: str | None) -> bool:
+    return (
+        source is not None
+        and source.startswith(STUDY_SOURCE_PREFIX)
+        and source.endswith(STUDY_OUTCOME_SUFFIX)
+    )
 
 
 def append_config(
