@@ -132,14 +132,20 @@ class Study(Base):
     strategy: Mapped[str] = mapped_column(String(50))
     space: Mapped[dict[str, Any]] = mapped_column()
     state: Mapped[str] = mapped_column(String(20), default="running")
-    """``running`` (the loop or an agent is trying configurations), ``complete`` (every trial
-    done, the best config applied) or ``stopped``."""
+    """``running``, ``stopped`` (no trials; the job back on its pre-study config), or an end
+    state: ``complete``, ``failed``, ``cancelled`` (``end_reason`` says why; docs/tuner.md)."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     # Tuning loop (migration 0002): strategy options, measurement policy, ranks, SLO, who
     # drives the trials, the earlier studies it warm-starts from (see tuner/study_options.py).
     options: Mapped[dict[str, Any]] = mapped_column(
         default=dict, server_default=expression.text("'{}'")
     )
+    # End states (migration 0008): the job's desired version before the first trial, why and
+    # when the study ended, and the desired version it left the job on (None: none written).
+    baseline_version: Mapped[int | None] = mapped_column(Integer, default=None)
+    end_reason: Mapped[str] = mapped_column(Text, default="", server_default="")
+    ended_at: Mapped[datetime | None] = mapped_column(default=None)
+    outcome_version: Mapped[int | None] = mapped_column(Integer, default=None)
 
 
 class Trial(Base):
@@ -162,6 +168,8 @@ class Trial(Base):
     desired_version: Mapped[int | None] = mapped_column(Integer, default=None)
     applied_at: Mapped[datetime | None] = mapped_column(default=None)
     extensions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    baseline: Mapped[bool] = mapped_column(Boolean, default=False, server_default=expression.false())
+    """Measures the study's pre-study config (migration 0008), to compare the best one with."""
 
 
 class AuditEntry(Base):
