@@ -178,11 +178,13 @@ def _unresponsive_for(session: Session, study: Study, job: Job, now: datetime) -
     if last is None or not (last.measurements or {}).get("data", {}).get(ACK_TIMEOUT_KEY):
         return None
     observed = latest_config(session, job, "observed")
-    if last.completed_at is None or (
-        observed is not None and observed.created_at > last.completed_at
+    if observed is not None and (
+        last.completed_at is None or observed.created_at > last.completed_at
     ):
         return None
-    return (now - last.completed_at).total_seconds()
+    # Timed out at the pass that waited waited_s after the trial started (the loop's clock).
+    waited = float(last.measurements["data"].get("waited_s") or 0.0)
+    return (now - last.started_at).total_seconds() - waited
 
 
 def _write_desired(session: Session, study: Study, job: Job, params: dict[str, Any]) -> JobConfig:
