@@ -17,6 +17,11 @@ from tuner.space import SYNC_PERIOD, IntParam, ParamValue, SearchSpace
 from tuner.study_records import StudyError
 
 LEARNING_RATE: Final = "learning_rate"
+_POWERS_OF_TWO: Final = {
+    "batch_size": "space.batch_powers_of_two",
+    "sync_period": "space.sync_powers_of_two",
+}
+"""The study body's switch that keeps a parameter to powers of two (``api.study_schemas``)."""
 MAX_BASELINE_ATTEMPTS: Final = 2
 """Baseline trials that may fail (no usable measurement) before the study ends ``failed``:
 a job whose current config cannot be measured cannot be tuned either."""
@@ -64,7 +69,8 @@ def baseline_params(space: SearchSpace, config_row: JobConfig) -> dict[str, Para
 def _excluded(param: Any, value: object, version: int) -> str:
     running = f"the job runs {param.name}={value!r} (desired version {version})"
     if isinstance(param, IntParam) and isinstance(value, int) and param.low <= value <= param.high:
-        return f"{running}, not a power of two; allow other values in the space"
+        switch = _POWERS_OF_TWO.get(param.name, "the space's powers_of_two")
+        return f"{running}, not a power of two; set {switch} false"
     return (
         f"{running}, outside the study's bounds: widen them to include it (a study measures "
         "the job's current config first)"
