@@ -152,7 +152,7 @@ def test_a_trial_goes_from_proposal_to_value(loop: Loop) -> None:
     assert data["inputs"]["noise_scale"] == pytest.approx(PHI)
     assert data["inputs"]["throughput_samples_s"] == pytest.approx(200.0, rel=0.01)
     assert data["stats"]["n"] >= 8
-    assert 0 < done.measurements["stderr"] < 0.02 * done.value
+    assert done.value is not None and 0 < done.measurements["stderr"] < 0.02 * done.value
 
     nxt = loop.step(37)
     assert (nxt.action, nxt.trial) == ("asked", 3)
@@ -418,7 +418,7 @@ def test_a_pass_that_dies_mid_way_leaves_nothing_and_the_next_one_repeats_nothin
     import tuner.loop as loop_module
 
     loop.run_baseline()
-    real_audit = loop_module.audit_trial
+    from tuner.loop_measure import audit_trial as real_audit
 
     def crash_after_writing(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("worker killed")  # after ask and the desired config, before commit
