@@ -36,6 +36,7 @@ from typing import Any, Final
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from tuneloop.accounts import InvalidInput
 from tuneloop.job_configs import (
     FAILED_STATUSES,
     REASON_KEY,
@@ -128,7 +129,14 @@ def _start_trial(
         return _ended(
             study_end.complete(session, study, job, f"nothing left to try: {exc}", actor=ACTOR)
         )
-    row = _write_desired(session, study, job, dict(trial.params))
+    try:
+        row = _write_desired(session, study, job, dict(trial.params))
+    except InvalidInput as exc:
+        # The job's actuation bounds refuse this config: it can never run, so it is
+        # infeasible (not proposed again) rather than a pass that fails on every tick.
+        return tell_trial(
+            session, study, trial, state="infeasible", reason=f"refused: {exc}", measurements={}
+        )
     trial.desired_version = row.version
     audit_trial(
         session,

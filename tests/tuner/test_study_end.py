@@ -14,9 +14,11 @@ from tests.tuner import jobsim
 from tests.tuner.test_loop import POLICY, RANKS, SPACE, Loop, make_loop
 from tuneloop.job_configs import study_outcome_source
 from tuneloop.storage import session_factory, session_scope
-from tuneloop.storage.models import Study, Trial
+from tuneloop.storage.models import Job, Study, Trial
 from tuneloop.storage.types import utcnow
 from tuner import service
+from tuner.actuators.job import set_policy
+from tuner.actuators.policy import ActuationPolicy
 from tuner.loop import StepResult
 from tuner.space import SearchSpace
 from tuner.study_end import END_STATES, beats_baseline
@@ -230,3 +232,18 @@ def test_a_study_is_refused_when_the_job_s_current_config_is_not_in_its_space(
             session, other, name="s", objective="throughput", space=SPACE, strategy="grid"
         )
         assert study.baseline_version == 1
+
+
+def test_a_proposal_the_job_s_bounds_refuse_is_infeasible_not_a_stuck_pass(engine: Engine) -> None:
+    loop = make_loop(engine, strategy="grid")
+    bounds = {"bounds": {"batch_size": {"min": 32}, "sync_period": {"max": 1}}}
+    with session_scope(session_factory(engine)) as session:
+        set_policy(session, session.get_one(Job, loop.job_id), ActuationPolicy.from_dict(bounds))
+    loop.run_baseline()
+    refused = 0
+    while (result := loop.step(refused)).action == "told":
+        assert result.detail.startswith("infeasible: refused: desired config outside the bounds")
+        refused += 1
+    assert refused >= 1 and result.action == "asked", result
+    asked = loop.trials()[-1].params
+    assert asked["batch_size"] >= 32 and asked["sync_period"] == 1
