@@ -119,11 +119,12 @@ def complete(session: Session, study: Study, job: Job, why: str, *, actor: str) 
         if top.number == base.number or not better:
             row, restored = restore_pre_study(session, study, job)
             verdict = (
-                "the pre-study config was the best"
+                f"the pre-study config was the best measured (trial {base.number}, "
+                f"{base.value:.6g})"
                 if top.number == base.number
-                else ("no trial beat the pre-study config by more than the noise")
+                else f"no trial beat the pre-study config by more than the noise ({figures})"
             )
-            reason = f"{why}; {verdict} ({figures}); {restored}"
+            reason = f"{why}; {verdict}; {restored}"
             return _end(session, study, job, "complete", reason, row, actor, details)
         reason = f"{why}; {figures}: applied trial {top.number}"
     elif bases and all(t.state == "infeasible" for t in bases):
