@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 import httpx
+import pytest
 from sqlalchemy import select
 
 from tests.agent.conftest import Live
@@ -42,10 +43,13 @@ def until(probe: Callable[[], T], timeout_s: float, what: str) -> T:
 
 
 @contextmanager
-def running_job(live: Live) -> Iterator[Agent]:
+def running_job(
+    live: Live, *, wobble: float = 0.005, reporting: threading.Event | None = None
+) -> Iterator[Agent]:
     """A stand-in for a training job: its agent applies every released config at the next
     step and acknowledges it, and its ranks report step timings (10 samples/s per sample of
-    batch) to the store every 0.25 s, as the job's exporters would."""
+    batch, ``wobble`` from one sample to the next) to the store every 0.25 s, as the job's
+    exporters would, while ``reporting`` is set."""
     agent = Agent(
         url=live.url,
         token=live.agent_token,
@@ -65,7 +69,7 @@ def running_job(live: Live) -> Iterator[Agent]:
             pending = agent.pending()
             if pending is not None:
                 agent.applied(pending.version, pending.config, step)
-            if agent.agent_id is None:
+            if agent.agent_id is None or (reporting is not None and not reporting.is_set()):
                 continue
             now = utcnow()
             jobsim.write_steps(
@@ -76,6 +80,7 @@ def running_job(live: Live) -> Iterator[Agent]:
                 end=now + timedelta(seconds=0.25),
                 per_rank=10.0 * int(agent.config.get("batch_size", 1)),
                 every_s=0.125,
+                wobble=wobble,
             )
 
     thread = threading.Thread(target=train, daemon=True)
@@ -150,6 +155,33 @@ def test_a_cancelled_study_puts_the_job_back_on_its_config(live: Live) -> None:
     assert ended.outcome_version == 3
     [outcome] = [r for r in _desired(live) if r[0] == 3]
     assert outcome == (3, START, study_outcome_source(created["id"]))
+
+
+@pytest.mark.parametrize("job_side", ["silent", "noisy"])
+def test_a_study_with_nothing_better_to_show_leaves_the_job_on_its_config(
+    live: Live, job_side: str
+) -> None:
+    """Silent: the job stops reporting step timings once the study exists, so no trial is
+    ever measured. Noisy: every window swings ±50%, so no trial beats the pre-study config
+    beyond the noise (or, with noisy windows failing, none is measured)."""
+    reporting = threading.Event()
+    reporting.set()
+    wobble = 0.5 if job_side == "noisy" else 0.005
+    with running_job(live, wobble=wobble, reporting=reporting) as agent:
+        until(lambda: agent.version == 1, 10, "the starting config to be adopted")
+        until(lambda: _has_steps(live), 10, "step timings in the store")
+        created = create_study(live, max_trials=2, strategy="random", seed=1)
+        if job_side == "silent":
+            reporting.clear()
+        ended = lambda: study(live, created["id"]).state != "running"  # noqa: E731
+        passes_until(live, created["id"], ended, "the study to end")
+        back = lambda: agent.config == START and agent.pending() is None  # noqa: E731
+        until(back, 10, "the job back on its pre-study config")
+    row = study(live, created["id"])
+    assert row.state in ("complete", "failed"), row.end_reason
+    if job_side == "silent":
+        assert row.state == "failed" and "the job stays on its pre-study config" in row.end_reason
+    assert _desired(live)[-1][1] == START
 
 
 def test_a_job_that_stops_acknowledging_fails_the_study_and_restarts_on_its_config(
