@@ -59,24 +59,19 @@ def create_study(engine: Engine) -> tuple[int, int, int]:
 
 
 def measure_baseline(engine: Engine, study_id: int, job_id: int, project_id: int) -> None:
-    """Trial 1, the job's pre-study config (desired version 1), measured in-process over the
-    last 20 s: slower than anything the study tries next, so its best is applied."""
-    now = utcnow()
+    """Trial 1, the job's pre-study config (desired version 1), measured in-process over a
+    window that ended 40 s ago (clear of the trials' windows): slower than anything the study
+    tries next, so its best is applied."""
+    start, end = utcnow() - timedelta(seconds=60), utcnow() - timedelta(seconds=40)
     with session_scope(session_factory(engine)) as session:
-        assert reconcile_study(session, study_id, now=now - timedelta(seconds=20)).trial == 1
-    jobsim.report(engine, job_id, 1, at=now - timedelta(seconds=20))
+        assert reconcile_study(session, study_id, now=start).trial == 1
+    jobsim.report(engine, job_id, 1, at=start)
     jobsim.write_steps(
-        engine,
-        project_id,
-        "train",
-        start=now - timedelta(seconds=20),
-        end=now,
-        per_rank=50.0,
-        noise_scale=400.0,
+        engine, project_id, "train", start=start, end=end, per_rank=50.0, noise_scale=400.0
     )
     for expected in ("applied", "told"):
         with session_scope(session_factory(engine)) as session:
-            assert reconcile_study(session, study_id, now=now).action == expected
+            assert reconcile_study(session, study_id, now=end).action == expected
 
 
 def trial_rows(engine: Engine, study_id: int) -> list[Trial]:
