@@ -15,7 +15,7 @@ from tuneloop import accounts
 from tuneloop.accounts import InvalidInput
 from tuneloop.storage.models import JobActuator
 from tuner.actuators import job as actuator
-from tuner.actuators.policy import ActuationPolicy, PolicyError
+from tuner.actuators.policy_config import ActuationPolicy, PolicyError
 
 router = APIRouter(
     prefix=f"{API_PREFIX}/projects/{{project}}/jobs/{{job}}",

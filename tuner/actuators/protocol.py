@@ -22,7 +22,7 @@ from tuneloop.accounts import Conflict, InvalidInput
 from tuneloop.config_events import changed_after_commit
 from tuneloop.job_configs import ACK_KEY, ConfigKind, latest_config
 from tuneloop.storage.models import Job, JobActuator, JobConfig, JobConfigMark, JobConfigRelease
-from tuner.actuators.policy import ActuationPolicy
+from tuner.actuators.policy_config import ActuationPolicy
 
 ReleaseReason = Literal["goal", "step", "rollback"]
 
