@@ -15,6 +15,7 @@ from tuneloop import accounts
 from tuneloop.accounts import InvalidInput
 from tuneloop.storage.models import JobActuator
 from tuner.actuators import job as actuator
+from tuner.actuators.holds import hold
 from tuner.actuators.policy_config import ActuationPolicy, PolicyError
 
 router = APIRouter(
@@ -45,6 +46,7 @@ def _out(row: JobActuator | None) -> ActuatorOut:
             conditions={},
         )
     return ActuatorOut(
+        held=hold(row),
         policy=ActuationPolicy.from_dict(row.policy).to_dict(),
         goal_version=row.goal_version,
         released_version=row.released_version,

@@ -35,6 +35,7 @@ from tuneloop import accounts
 from tuneloop.accounts import InvalidInput
 from tuneloop.job_configs import acknowledged_version, runs_config
 from tuneloop.storage.models import ApiToken, Job, Project
+from tuner.actuators.holds import hold
 
 router = APIRouter(
     prefix=f"{API_PREFIX}/projects/{{project}}/jobs", tags=["jobs"], responses=AUTH_ERRORS
@@ -144,9 +145,11 @@ def report_observed_config(
 
 @router.get("/{job}/config", summary="Latest desired and latest observed config")
 def read_config(job: JobDep, session: SessionDep) -> JobConfigState:
+    """``held``: why the latest desired version is not released yet, and until when."""
     desired = job_service.latest_config(session, job, "desired")
     observed = job_service.latest_config(session, job, "observed")
     return JobConfigState(
+        held=hold(job_service.actuator_row(session, job)),
         desired=_config_out(desired) if desired else None,
         observed=_config_out(observed) if observed else None,
         in_sync=desired is not None

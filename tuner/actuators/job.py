@@ -28,7 +28,7 @@ from tuneloop.storage.models import Job, JobActuator, JobConfig, JobConfigMark, 
 from tuneloop.storage.timeseries.query import query_range
 from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp
 from tuneloop.storage.types import utcnow
-from tuner.actuators import protocol
+from tuner.actuators import holds, protocol
 from tuner.actuators.policy import (
     Decision,
     Stats,
@@ -418,10 +418,12 @@ def _set_condition(row: JobActuator, decision: Decision, now: datetime) -> bool:
     """Record the decision as the actuator's condition; ``True`` when it changed (timestamps
     move only then, so an unchanged state writes nothing)."""
     current = dict(row.conditions or {})
-    previous = current.get("reconcile") or {}
-    entry = {"action": decision.action, "reason": decision.reason, "message": decision.message}
+    previous = current.get(holds.CONDITION) or {}
+    entry = holds.condition_entry(
+        decision.action, decision.reason, decision.message, decision.retry_at
+    )
     if {k: previous.get(k) for k in entry} == entry:
         return False
-    current["reconcile"] = {**entry, "since": now.isoformat()}
+    current[holds.CONDITION] = {**entry, "since": now.isoformat()}
     row.conditions = current
     return True
