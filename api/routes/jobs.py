@@ -18,7 +18,7 @@ from api.deps import (
     PageDep,
     ProjectDep,
     SessionDep,
-    require,
+    require_member,
 )
 from api.schemas import (
     ConfigVersionOut,
@@ -123,7 +123,7 @@ def set_desired_config(
     body: ConfigWrite, job: JobDep, project: ProjectDep, session: SessionDep, token: CurrentToken
 ) -> ConfigVersionOut:
     """Stores ``config`` as desired version previous + 1 (the first is 1) and returns it."""
-    require(accounts.can_write_desired_config(token), "agent tokens only report observed config")
+    require_member(token, "setting a desired config")
     if body.source == job_service.ACTUATOR_SOURCE:
         raise InvalidInput(f"source {body.source!r} is reserved for the actuator's own versions")
     return _write_config(session, token, project, job, "desired", body)
