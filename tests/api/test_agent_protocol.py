@@ -201,7 +201,8 @@ def test_desired_config_outside_bounds_is_refused(
     assert too_big.status_code == 422
     assert too_big.json()["detail"] == (
         "desired config outside the bounds of job 'train': batch_size=4096 is above its "
-        "maximum 512; optimizer='lion' is not one of ['sgd', 'adam']"
+        "maximum 512; optimizer='lion' is not one of ['sgd', 'adam'] (change the config, or "
+        "the bounds of the job's actuation policy: PUT .../actuator)"
     )
     inside = client.put(
         f"{JOB}/config", json={"config": {"batch_size": 512}}, headers=heads["member"]

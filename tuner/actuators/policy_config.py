@@ -110,17 +110,12 @@ class ActuationPolicy:
         """Parse and validate a stored or submitted policy; :class:`PolicyError` names the
         first problem."""
         data = dict(data or {})
-        unknown = set(data) - {
-            "bounds",
-            "max_change",
-            "freeze_s",
-            "freeze_study_trials",
-            "dry_run",
-            "require_approval",
-            "verify",
-        }
+        known = set(cls.__dataclass_fields__)
+        unknown = set(data) - known
         if unknown:
-            raise PolicyError(f"unknown policy field(s) {sorted(unknown)}")
+            raise PolicyError(
+                f"unknown policy field(s) {sorted(unknown)}; known: {', '.join(sorted(known))}"
+            )
         bounds_data = data.get("bounds") or {}
         if not isinstance(bounds_data, Mapping):
             raise PolicyError("bounds must be an object of config key -> bound")
@@ -194,7 +189,9 @@ def _verify_from_dict(data: object) -> VerifyPolicy:
     known = set(VerifyPolicy.__dataclass_fields__)
     unknown = set(data) - known
     if unknown:
-        raise PolicyError(f"unknown verify field(s) {sorted(unknown)}")
+        raise PolicyError(
+            f"unknown verify field(s) {sorted(unknown)}; known: {', '.join(sorted(known))}"
+        )
     direction = data.get("direction", default.direction)
     if direction not in ("maximize", "minimize"):
         raise PolicyError(f"verify.direction must be maximize or minimize, got {direction!r}")

@@ -45,7 +45,9 @@ def append_config(
         problems = actuation_policy(session, job).bound_problems(config)
         if problems:
             raise InvalidInput(
-                f"desired config outside the bounds of job {job.name!r}: {'; '.join(problems)}"
+                f"desired config outside the bounds of job {job.name!r}: {'; '.join(problems)} "
+                "(change the config, or the bounds of the job's actuation policy: PUT "
+                ".../actuator)"
             )
         changed_after_commit(session, job.id)
     return job_configs.append_config(session, job, kind, config, source=source)
