@@ -112,7 +112,8 @@ def adopt_initial(session: Session, job: Job, config: Mapping[str, Any]) -> JobC
 
 def _goal_version(session: Session, job: Job, row: JobActuator) -> int | None:
     """The newest desired version not written by the actuator itself, unless the actuator
-    already moved past it (a rollback supersedes the goal it rolled back)."""
+    already moved past it (a rollback supersedes the goal that led to the version it rolled
+    back)."""
     newest = session.scalar(
         select(func.max(JobConfig.version)).where(
             JobConfig.job_id == job.id,
@@ -327,9 +328,12 @@ def _apply(
             session, job, "desired", decision.config, source=protocol.ACTUATOR_SOURCE
         )
         protocol.release(session, job, back.version, "rollback")
-        # The version rolled back to is known good: nothing to verify, and it is the new goal
-        # until someone writes another desired version.
-        row.goal_version = row.released_version = row.last_good_version = back.version
+        # The version rolled back to is known good: nothing to verify. It supersedes the goal
+        # that led to the bad version, not one written since (a study's next trial): that
+        # stays the goal and is released next.
+        row.released_version = row.last_good_version = back.version
+        if row.goal_version is None or row.goal_version <= decision.version:
+            row.goal_version = back.version
         row.changed_at = now
         row.baseline = None
     changed = _set_condition(row, decision, now)

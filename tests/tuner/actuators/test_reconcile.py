@@ -354,3 +354,28 @@ def test_the_freeze_spaces_changes_but_not_a_studys_trials_unless_asked(
     # The outcome is never held: the job must not stay on a trial's config.
     study_desire(sessions, job_id, {"batch_size": 32}, outcome=True)
     assert reconcile(sessions, job_id, now + timedelta(seconds=34)) == ("release", "study_outcome")
+
+
+def test_a_trial_written_while_a_change_is_verified_outlives_its_rollback(
+    engine: Engine, sessions: sessionmaker[Session], job_id: int
+) -> None:
+    start = utcnow()
+    throughput(engine, start + timedelta(seconds=1), 10, 1000.0)
+    now = start + timedelta(seconds=11)
+    assert desire(sessions, job_id, {"batch_size": 512}) == 2
+    assert reconcile(sessions, job_id, now) == ("release", "goal")
+    assert study_desire(sessions, job_id, {"batch_size": 64}) == 3
+    throughput(engine, now + timedelta(seconds=1), 10, 500.0)
+    now += timedelta(seconds=12)
+    assert reconcile(sessions, job_id, now) == ("rollback", "objective_worse")
+    # The trial is released next (under a new number, as released versions only grow), and
+    # stays a trial: the study's agent acknowledges it, the last good version is unchanged.
+    assert reconcile(sessions, job_id, now) == ("release", "study_trial")
+    assert reconcile(sessions, job_id, now) == ("none", "in_sync")
+    assert progress(sessions, job_id) == (5, 5, 4)
+    with session_scope(sessions) as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        released = job_service.released_config(session, job)
+        assert released is not None
+        assert (released.config, released.source) == ({"batch_size": 64}, study_trial_source(1))
