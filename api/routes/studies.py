@@ -12,7 +12,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, status
 
-from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, PageDep, SessionDep, require
+from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, PageDep, SessionDep, require_member
 from api.routes.jobs import JobDep
 from api.schemas import Page
 from api.services import studies as study_service
@@ -86,7 +86,7 @@ def create_study(
     """Refused with 422 and the reason for empty or inverted bounds, an unknown objective or
     strategy, bad options, or a job without step-timing data in the store; 409 if the job
     already has a study of that name."""
-    require(accounts.can_write_desired_config(token), "agent tokens cannot create studies")
+    require_member(token, "creating a study")
     with _study_errors():
         study = study_service.create_study(session, job, body, actor=accounts.actor_name(token))
     return StudyOut.of(study)
@@ -106,7 +106,7 @@ def read_study(study: StudyDep) -> StudyOut:
 def update_study(
     body: StudyUpdate, study: StudyDep, session: SessionDep, token: CurrentToken
 ) -> StudyOut:
-    require(accounts.can_write_desired_config(token), "agent tokens cannot stop or resume studies")
+    require_member(token, "stopping or resuming a study")
     with _study_errors():
         service.set_state(session, study, body.state, actor=accounts.actor_name(token))
     return StudyOut.of(study)
