@@ -141,7 +141,7 @@ def reached(problem: Problem, configs: Sequence[Mapping[str, ParamValue]], n: in
     return max((problem.fraction(c) for c in configs[:n]), default=0.0)
 
 
-def recommended(problem: Problem, history: Sequence[Observation], n: int, z: float) -> float:
+def recommended(problem: Problem, history: Sequence[Observation], n: int, z: float = 1.0) -> float:
     """Fraction of the optimum of the configuration the study would keep after ``n`` trials
     (``best_estimate``: repeats pooled, ranked ``z`` standard errors below their value)."""
     best = best_estimate(history[:n], "maximize", z=z)
