@@ -207,3 +207,30 @@ def test_a_quiet_job_ends_its_window_early_with_the_defaults() -> None:
 def test_accept_refuses_non_finite_values() -> None:
     with pytest.raises(MeasurementError):
         TrialVerdict.accept(math.nan, 1.0)
+
+
+def test_a_busy_host_s_noisy_job_is_accepted_at_the_budget_with_its_error() -> None:
+    # A 2-core host shared with other work: slow swings (autocorrelated, 40% per sample) that
+    # no affordable window brings under the target. Extended to the budget, then a value.
+    policy = MeasurementPolicy()
+    rng = np.random.default_rng(4)
+    level, values = 0.0, []
+    for _ in range(int(policy.budget)):
+        level = 0.9 * level + 0.4 * rng.standard_normal()
+        values.append(100.0 * (1 + 0.5 * level))
+    samples = [Sample(float(t), v) for t, v in enumerate(values)]
+    verdicts = [
+        judge_window(
+            samples,
+            window_start=0.0,
+            now=policy.window_end(0.0, e),
+            extensions=e,
+            policy=policy,
+        )
+        for e in range(policy.max_extensions + 1)
+    ]
+    assert [v.action for v in verdicts] == ["extend"] * policy.max_extensions + ["accept"]
+    last = verdicts[-1]
+    assert last.noisy and last.stats is not None
+    assert last.stats.rel_stderr > policy.max_rel_stderr
+    assert last.value == pytest.approx(float(np.mean(values[int(policy.warmup_s) :])))
