@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from tuner.objectives import Direction
 from tuner.space import CategoricalParam, IntParam, ParamValue, SearchSpace
@@ -303,9 +304,10 @@ class BayesianOptimization(BaseStrategy):
         complete = [o for o in ordered if o.state == "complete"]
         if self._skopt_space is None or len(complete) < 2:
             raise ValueError("bayesian: the model needs two complete trials and a free parameter")
-        model = self._model(ordered, complete)
-        points = self._skopt_space.transform([self._encode(c) for c in configs])
-        mean, sd = model.predict(points, return_std=True)
+        with threadpool_limits(limits=1, user_api="blas"):  # as in ask: small matrices
+            model = self._model(ordered, complete)
+            points = self._skopt_space.transform([self._encode(c) for c in configs])
+            mean, sd = model.predict(points, return_std=True)
         return -self._sign() * np.asarray(mean, dtype=float), np.asarray(sd, dtype=float)
 
     def _remeasure(
