@@ -118,6 +118,7 @@ BAD_STUDIES: list[tuple[dict[str, Any], str]] = [
     ({"strategy_options": {"temperature": 1}}, "has no option temperature"),
     ({"measurement": {"window": 3}}, "unknown measurement option window"),
     ({"measurement": {"min_samples": 2}}, "min_samples must be >= 4"),
+    ({"measurement": {"warmup_s": 10, "window_s": 30, "budget_s": 20}}, "measurement.budget_s"),
     ({"space": {"batch_size": [8, 64], "lr_scaling": None}}, "goodput needs base_batch"),
     ({"objective": "slo_throughput"}, "slo_throughput needs slo_s"),
 ]
