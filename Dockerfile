@@ -7,9 +7,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     TUNELOOP_DATA_DIR=/data
 
-# A wheel install, not editable: migrations ship inside it as tuneloop/_migrations.
+# Wheel installs, not editable: migrations ship inside the server's as tuneloop/_migrations.
+# The server depends on the job-side agent's distribution, built from the same checkout.
 COPY . /src
-RUN pip install /src && rm -rf /src
+RUN pip install /src/agent /src && rm -rf /src
 
 RUN useradd --system --uid 10001 --home-dir /data --shell /usr/sbin/nologin tuneloop \
     && mkdir -p /data && chown tuneloop /data

@@ -10,16 +10,22 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install -q -e '.[dev,agent,demo]'
+# The server depends on the job-side agent's distribution (agent/), installed from this checkout.
+$(VENV)/.installed-server: $(BIN)/python pyproject.toml agent/pyproject.toml
+	$(BIN)/python -m pip install -q -e ./agent -e .
 	@touch $@
 
-## Install and run the whole control plane on the embedded default (SQLite, no servers).
-up: $(VENV)/.installed
+# What the tests need besides: the dev tools, and PyTorch for the agent's DDP tests (demo).
+$(VENV)/.installed-test: $(VENV)/.installed-server
+	$(BIN)/python -m pip install -q -e ./agent -e '.[dev,demo]'
+	@touch $@
+
+## Install (the server only) and run the whole control plane on the embedded default.
+up: $(VENV)/.installed-server
 	$(BIN)/tuneloop up
 
 ## Install and run the whole test suite: lint, types, and tests on real PostgreSQL and SQLite.
-test: $(VENV)/.installed
+test: $(VENV)/.installed-test
 	.ci/ensure-services
 	.ci/ensure-tools
 	$(BIN)/ruff check .
@@ -27,7 +33,7 @@ test: $(VENV)/.installed
 	$(BIN)/mypy
 	$(BIN)/pytest
 
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed-server
 	$(BIN)/python bench/storage_write.py
 
 clean:

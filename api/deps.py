@@ -108,7 +108,10 @@ CurrentToken = Annotated[ApiToken, Depends(get_current_token)]
 
 def get_admin_token(token: CurrentToken) -> ApiToken:
     if token.role != "admin":
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "needs an admin token")
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            "needs an admin token (create one on the server: tuneloop token create --role admin)",
+        )
     return token
 
 
@@ -133,6 +136,21 @@ def require(allowed: bool, message: str) -> None:
     """Raise 403 with ``message`` unless ``allowed``."""
     if not allowed:
         raise HTTPException(status.HTTP_403_FORBIDDEN, message)
+
+
+def member_needed(action: str) -> str:
+    """The 403 message for ``action`` asked with an agent token: the role it needs and how to
+    get one."""
+    return (
+        f"{action} needs a member or admin token; agent tokens only report metrics, step "
+        "timings and configs and read their job's config (create one: tuneloop token create "
+        "--project NAME --role member)"
+    )
+
+
+def require_member(token: ApiToken, action: str) -> None:
+    """403 naming the role needed unless ``token`` is a member's or an admin's."""
+    require(accounts.can_write_desired_config(token), member_needed(action))
 
 
 OutT = TypeVar("OutT", bound=BaseModel)

@@ -165,12 +165,40 @@ class ConfigVersionOut(BaseModel):
     created_at: datetime
 
 
+class HeldOut(BaseModel):
+    """Why the job's newest desired version is not released yet, as of the actuator's last
+    pass (:class:`tuner.actuators.holds.Hold`)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    reason: str = Field(
+        description="frozen, awaiting_approval, dry_run, out_of_bounds, verifying, "
+        "awaiting_measurements or measuring_baseline"
+    )
+    version: int | None = Field(description="The desired version held")
+    until: datetime | None = Field(
+        description="When the hold ends by itself; null when only a person ends it"
+    )
+    message: str
+
+
+class ReleasedConfigOut(ConfigVersionOut):
+    """The desired version a job should run, and what holds back a newer one."""
+
+    held: HeldOut | None = Field(
+        default=None, description="Why a newer desired version waits; null when none does"
+    )
+
+
 class JobConfigState(BaseModel):
     """The latest desired and latest observed config of a job."""
 
     desired: ConfigVersionOut | None
     observed: ConfigVersionOut | None
     in_sync: bool = Field(description="Whether the latest observed config equals the desired one")
+    held: HeldOut | None = Field(
+        default=None, description="Why the latest desired version waits; null when it does not"
+    )
 
 
 # --------------------------------------------------------------------------- health
@@ -260,7 +288,7 @@ class AgentOut(BaseModel):
     details: dict[str, Any]
     registered_at: datetime
     last_seen_at: datetime
-    released: ConfigVersionOut | None = Field(
+    released: ReleasedConfigOut | None = Field(
         default=None, description="The desired version the job should run now"
     )
 
@@ -293,6 +321,9 @@ class ActuatorOut(BaseModel):
     approved_version: int | None
     changed_at: datetime | None
     conditions: dict[str, Any]
+    held: HeldOut | None = Field(
+        default=None, description="Why the goal is not released yet; null when nothing waits"
+    )
 
 
 class ApproveIn(BaseModel):

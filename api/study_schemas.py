@@ -67,7 +67,7 @@ class StudyCreate(BaseModel):
     measurement: dict[str, int | float] = Field(
         default_factory=dict,
         description="warmup_s, warmup_samples, window_s, min_samples, max_rel_stderr, "
-        "max_age_s, max_extensions",
+        "max_age_s, max_extensions, budget_s",
     )
     ranks: int | None = Field(default=None, ge=1, description="Default: ranks seen reporting")
     slo_s: float | None = Field(default=None, gt=0, description="P99 bound (slo_throughput)")

@@ -10,8 +10,11 @@ Every number a problem returns comes from a real run of ``bench/training/ddp_job
 - **One evaluation** of a configuration draws one of that configuration's measured runs
   uniformly at random (with replacement, from a generator the caller seeds) and returns the
   run's objective value: the run-to-run noise of the problem is the measured one (load on the
-  shared host, the seed), not an assumed distribution. A configuration whose runs were out of
-  memory is ``infeasible`` with reason ``oom`` (the job's own error message is kept).
+  shared host, the seed), not an assumed distribution. Its ``stderr`` is the noise of one
+  draw, the standard deviation of the configuration's measured runs, as a trial's measured
+  stderr tells the tuner how far its value may be from the truth. A configuration whose runs
+  were out of memory is ``infeasible`` with reason ``oom`` (the job's own error message is
+  kept).
 - **Objectives** per run, all maximized:
 
   - ``speed``: ``1 / time to target`` (s^-1), 0 when the run did not reach 98% validation
@@ -105,6 +108,11 @@ class MeasuredConfig:
         """Mean over the measured runs; ``None`` when infeasible."""
         return float(np.mean(self.values)) if self.feasible else None
 
+    @property
+    def stderr(self) -> float:
+        """The noise of one draw: the standard deviation of the measured runs (0 with one)."""
+        return float(np.std(self.values, ddof=1)) if len(self.values) > 1 else 0.0
+
 
 @dataclass(frozen=True, slots=True)
 class Problem:
@@ -152,14 +160,21 @@ class Problem:
         return (self.truth(config) or 0.0) / self.optimum
 
     def evaluate(
-        self, config: Mapping[str, ParamValue], number: int, rng: np.random.Generator
+        self,
+        config: Mapping[str, ParamValue],
+        number: int,
+        rng: np.random.Generator,
+        *,
+        with_stderr: bool = True,
     ) -> Observation:
-        """One trial: a measured run of ``config`` drawn at random, as the tuner sees it."""
+        """One trial: a measured run of ``config`` drawn at random, as the tuner sees it, with
+        the draw's noise as its stderr (none when not ``with_stderr``)."""
         point = self.measured(config)
         if not point.feasible:
             return Observation(number, config, "infeasible", reason=REASON_OOM)
         value = point.values[int(rng.integers(len(point.values)))]
-        return Observation(number, config, "complete", value=value)
+        stderr = point.stderr if with_stderr else None
+        return Observation(number, config, "complete", value=value, stderr=stderr)
 
 
 def _key(config: Mapping[str, ParamValue]) -> tuple[int, int]:

@@ -8,6 +8,7 @@ the top of a module.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,31 @@ def test_the_core_imports_neither_the_api_nor_components() -> None:
         if not _is_entry_point(path) and _imported_packages(path) & upper
     }
     assert offenders == {}, "the shared core reaches up into the API or a component"
+
+
+def _imported_modules(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_the_agent_imports_nothing_of_the_server() -> None:
+    """The agent's distribution ships ``tuneloop/__init__.py``, ``tuneloop.agent`` and
+    ``tuneloop.learning_rate`` alone (agent/pyproject.toml): nothing else is there to import."""
+    shipped = re.compile(r"tuneloop(\.agent(\..+)?|\.learning_rate)?$")
+    server = {"api", *COMPONENTS}
+    modules = [*_modules("tuneloop/agent"), ROOT / "tuneloop/learning_rate.py"]
+    offenders = {
+        path.relative_to(ROOT).as_posix(): sorted(
+            name
+            for name in _imported_modules(path)
+            if name.split(".")[0] in server
+            or (name.split(".")[0] == "tuneloop" and not shipped.match(name))
+        )
+        for path in modules
+    }
+    assert {path: names for path, names in offenders.items() if names} == {}

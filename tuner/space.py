@@ -17,22 +17,20 @@ import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias, TypeGuard, cast
+from typing import Any, TypeAlias, TypeGuard, cast
 
 import numpy as np
 
+from tuneloop.learning_rate import LR_SCALINGS, SYNC_MODES, LrScaling, SyncMode, scaled_lr
+from tuneloop.learning_rate import lr_batch as rule_lr_batch
+
 ParamValue: TypeAlias = int | float | str | bool
 Config: TypeAlias = Mapping[str, ParamValue]
-LrScaling: TypeAlias = Literal["linear", "sqrt"]
-SyncMode: TypeAlias = Literal["accumulate", "local_sgd"]
 
 # Names of the standard training parameters; the lr rule and the OOM rule look for these.
 BATCH_SIZE = "batch_size"
 SYNC_PERIOD = "sync_period"
 BUCKET_MB = "bucket_mb"
-
-LR_SCALINGS: tuple[LrScaling, ...] = ("linear", "sqrt")
-SYNC_MODES: tuple[SyncMode, ...] = ("accumulate", "local_sgd")
 
 DEFAULT_RESOLUTION = 16
 """Lattice points per integer parameter when a range is too wide to enumerate."""
@@ -523,17 +521,12 @@ class SearchSpace:
         return batch * ranks * self._sync_period(config)
 
     def lr_batch(self, config: Mapping[str, object], ranks: int) -> int:
-        """The batch one optimizer step sees, which is what the learning rate scales with.
-
-        ``accumulate``: gradients of ``sync_period`` micro-batches are summed into one step, so
-        the step sees ``batch_size * ranks * sync_period`` samples. ``local_sgd``: each of the
-        ``sync_period`` local steps sees ``batch_size`` samples per rank and the models are
-        averaged afterwards; as in Lin et al. (ICLR 2020) the learning rate scales with the
-        synchronous batch ``batch_size * ranks`` and the period does not change it.
-        """
+        """The batch one optimizer step sees, which is what the learning rate scales with
+        (:func:`tuneloop.learning_rate.lr_batch`: ``sync_mode`` decides whether
+        ``sync_period`` counts)."""
         _check_ranks(ranks)
-        batch = self._int(config, BATCH_SIZE) * ranks
-        return batch * self._sync_period(config) if self.sync_mode == "accumulate" else batch
+        batch = self._int(config, BATCH_SIZE)
+        return rule_lr_batch(batch, ranks, self._sync_period(config), self.sync_mode)
 
     def apply_lr_rule(
         self,
@@ -544,7 +537,8 @@ class SearchSpace:
         base_batch: int | None = None,
     ) -> float | None:
         """The learning rate that goes with ``config``: ``base_lr * B/B0`` (linear) or
-        ``base_lr * sqrt(B/B0)`` (sqrt) with B = :meth:`lr_batch`, B0 = ``base_batch``.
+        ``base_lr * sqrt(B/B0)`` (sqrt) with B = :meth:`lr_batch`, B0 = ``base_batch``; the
+        rule the job's agent applies too (:mod:`tuneloop.learning_rate`).
         ``base_lr``/``base_batch`` default to the space's own; ``None`` when the space has no
         rule (the job keeps its learning rate)."""
         if self.lr_scaling is None:
@@ -555,8 +549,7 @@ class SearchSpace:
             raise SpaceError(f"base_lr must be a positive number, got {lr!r}")
         if b0 is None or not _is_int(b0) or b0 < 1:
             raise SpaceError(f"base_batch must be a positive integer, got {b0!r}")
-        ratio = self.lr_batch(config, ranks) / b0
-        return lr * ratio if self.lr_scaling == "linear" else lr * math.sqrt(ratio)
+        return scaled_lr(self.lr_scaling, lr, int(b0), self.lr_batch(config, ranks))
 
     def desired(self, config: Mapping[str, object], *, ranks: int) -> dict[str, ParamValue]:
         """``config`` validated, plus ``learning_rate`` when the space has a rule: what is

@@ -159,7 +159,7 @@ def measurement_policy(data: Mapping[str, Any] | MeasurementPolicy | None) -> Me
     try:
         return MeasurementPolicy(**data)
     except MeasurementError as exc:
-        raise OptionsError(f"measurement: {exc}") from None
+        raise OptionsError(f"measurement.{exc}") from None
 
 
 def memory_policy(data: Mapping[str, Any] | MemoryPolicy | None) -> MemoryPolicy:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
 
-from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, ProjectDep, SessionDep, require
+from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, ProjectDep, SessionDep, require_member
 from api.routes.jobs import JobDep
 from api.schemas import ActuatorOut, ApproveIn, ConfigMarkOut
 from api.services import jobs as job_service
@@ -15,7 +15,8 @@ from tuneloop import accounts
 from tuneloop.accounts import InvalidInput
 from tuneloop.storage.models import JobActuator
 from tuner.actuators import job as actuator
-from tuner.actuators.policy import ActuationPolicy, PolicyError
+from tuner.actuators.holds import hold
+from tuner.actuators.policy_config import ActuationPolicy, PolicyError
 
 router = APIRouter(
     prefix=f"{API_PREFIX}/projects/{{project}}/jobs/{{job}}",
@@ -45,6 +46,7 @@ def _out(row: JobActuator | None) -> ActuatorOut:
             conditions={},
         )
     return ActuatorOut(
+        held=hold(row),
         policy=ActuationPolicy.from_dict(row.policy).to_dict(),
         goal_version=row.goal_version,
         released_version=row.released_version,
@@ -71,7 +73,7 @@ def set_actuator_policy(
     """Bounds (desired configs outside them are refused), ``max_change`` per step,
     ``freeze_s`` after each change, ``dry_run``, ``require_approval`` and how changes are
     verified (``verify``). Fields left out take their defaults."""
-    require(accounts.can_write_desired_config(token), "agent tokens cannot set policies")
+    require_member(token, "setting an actuation policy")
     try:
         parsed = ActuationPolicy.from_dict(policy)
     except PolicyError as exc:
@@ -87,7 +89,7 @@ def set_actuator_policy(
 def approve(
     body: ApproveIn, job: JobDep, project: ProjectDep, session: SessionDep, token: CurrentToken
 ) -> ActuatorOut:
-    require(accounts.can_write_desired_config(token), "agent tokens cannot approve changes")
+    require_member(token, "approving a desired version")
     row = actuator.approve(session, job, body.version)
     accounts.record_job_audit(
         session, token, project, "actuator.approve", job, {"version": body.version}

@@ -34,7 +34,15 @@ from api.deps import (
     get_project,
 )
 from api.routes.jobs import JOB_REF_DOC, JobDep
-from api.schemas import AckIn, AgentOut, AgentRegister, ConfigVersionOut, GpuOwnerOut, RankOut
+from api.schemas import (
+    AckIn,
+    AgentOut,
+    AgentRegister,
+    ConfigVersionOut,
+    GpuOwnerOut,
+    RankOut,
+    ReleasedConfigOut,
+)
 from api.services import agents as agent_service
 from api.services import jobs as job_service
 from tuneloop import accounts
@@ -42,6 +50,7 @@ from tuneloop.accounts import Conflict, NotFound
 from tuneloop.config_events import EVENTS
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import ApiToken, Job, JobAgent, Project
+from tuner.actuators.holds import hold
 from tuner.actuators.job import (
     ReconcileConflict,
     adopt_initial,
@@ -65,7 +74,7 @@ def _agent_out(session: Session, agent: JobAgent, job: Job) -> AgentOut:
     ranks: dict[int, list[str]] = {}
     for gpu in agent_service.agent_gpus(session, agent):
         ranks.setdefault(gpu.rank, []).append(gpu.gpu_uuid)
-    released = job_service.released_config(session, job)
+    released = _released_out(session, job)
     return AgentOut(
         id=agent.id,
         job_id=agent.job_id,
@@ -76,7 +85,18 @@ def _agent_out(session: Session, agent: JobAgent, job: Job) -> AgentOut:
         details=agent.details,
         registered_at=agent.registered_at,
         last_seen_at=agent.last_seen_at,
-        released=ConfigVersionOut.model_validate(released) if released else None,
+        released=released,
+    )
+
+
+def _released_out(session: Session, job: Job) -> ReleasedConfigOut | None:
+    """The version the job should run, and what holds back a newer one."""
+    released = job_service.released_config(session, job)
+    if released is None:
+        return None
+    return ReleasedConfigOut(
+        **ConfigVersionOut.model_validate(released).model_dump(),
+        held=hold(job_service.actuator_row(session, job)),
     )
 
 
@@ -164,7 +184,7 @@ def _resolve_job(
 
 def _check(
     runtime: RuntimeDep, ref: _JobRef, after: int, agent_id: int | None
-) -> ConfigVersionOut | None:
+) -> ReleasedConfigOut | None:
     """Reconcile the job (releases a waiting desired version at once) and return the released
     version if it is newer than ``after``."""
     with session_scope(runtime.sessions) as session:
@@ -189,10 +209,10 @@ def _check(
         if agent_id is not None:
             agent = agent_service.agent_of_job(session, job, agent_id)
             agent_service.touch(agent)
-        released = job_service.released_config(session, job)
+        released = _released_out(session, job)
         if released is None or released.version <= after:
             return None
-        return ConfigVersionOut.model_validate(released)
+        return released
 
 
 @router.get(
@@ -209,7 +229,8 @@ async def next_config(
     agent: Annotated[int | None, Query(ge=1, description="The asking agent's id")] = None,
 ) -> Response:
     """Answers at once with the released desired version when it is newer than ``after``,
-    else waits up to ``timeout`` seconds for one and answers 204 if none came."""
+    else waits up to ``timeout`` seconds for one and answers 204 if none came. ``held`` says
+    why a newer desired version is not released yet (freeze, approval, ...) and until when."""
     deadline = time.monotonic() + timeout
     while True:
         with EVENTS.subscribe(ref.job_id) as changed:

@@ -18,7 +18,15 @@ from sqlalchemy.orm import Session
 
 from alerts import store
 from alerts.rules import InhibitDefinition, RuleDefinition, RuleError, duration_s, parse_rule_file
-from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, PageDep, ProjectDep, SessionDep, require
+from api.deps import (
+    API_PREFIX,
+    AUTH_ERRORS,
+    CurrentToken,
+    PageDep,
+    ProjectDep,
+    SessionDep,
+    require_member,
+)
 from api.schemas import Page
 from api.schemas_alerts import (
     AlertOut,
@@ -54,7 +62,7 @@ RuleName = Annotated[str, Path(description="Rule name (the alertname)")]
 
 
 def _writer(token: ApiToken) -> None:
-    require(token.role != "agent", "agent tokens cannot change alerting")
+    require_member(token, "changing alert rules or receivers")
 
 
 def _audit(

@@ -23,7 +23,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Response, status
 from sqlalchemy.orm import Session
 
-from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, PageDep, ProjectDep, SessionDep, require
+from api.deps import (
+    API_PREFIX,
+    AUTH_ERRORS,
+    CurrentToken,
+    PageDep,
+    ProjectDep,
+    SessionDep,
+    require,
+    require_member,
+)
 from api.schemas import ErrorBody, Page
 from api.schemas_autoscalers import (
     AutoscalerCreate,
@@ -123,7 +132,7 @@ def replace_autoscaler(
 ) -> AutoscalerOut:
     """Members may change everything but ``target_kind`` and ``target`` (send them as they
     are); a new target needs an admin token and starts without remembered state."""
-    require(token.role != "agent", "agent tokens cannot change autoscalers")
+    require_member(token, "changing an autoscaler")
     definition = _definition(body)
     if store.target_changes(autoscaler, definition):
         require(token.role == "admin", ADMIN_FOR_TARGETS)

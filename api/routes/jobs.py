@@ -18,7 +18,7 @@ from api.deps import (
     PageDep,
     ProjectDep,
     SessionDep,
-    require,
+    require_member,
 )
 from api.schemas import (
     ConfigVersionOut,
@@ -35,6 +35,7 @@ from tuneloop import accounts
 from tuneloop.accounts import InvalidInput
 from tuneloop.job_configs import acknowledged_version, runs_config
 from tuneloop.storage.models import ApiToken, Job, Project
+from tuner.actuators.holds import hold
 
 router = APIRouter(
     prefix=f"{API_PREFIX}/projects/{{project}}/jobs", tags=["jobs"], responses=AUTH_ERRORS
@@ -122,7 +123,7 @@ def set_desired_config(
     body: ConfigWrite, job: JobDep, project: ProjectDep, session: SessionDep, token: CurrentToken
 ) -> ConfigVersionOut:
     """Stores ``config`` as desired version previous + 1 (the first is 1) and returns it."""
-    require(accounts.can_write_desired_config(token), "agent tokens only report observed config")
+    require_member(token, "setting a desired config")
     if body.source == job_service.ACTUATOR_SOURCE:
         raise InvalidInput(f"source {body.source!r} is reserved for the actuator's own versions")
     return _write_config(session, token, project, job, "desired", body)
@@ -144,9 +145,11 @@ def report_observed_config(
 
 @router.get("/{job}/config", summary="Latest desired and latest observed config")
 def read_config(job: JobDep, session: SessionDep) -> JobConfigState:
+    """``held``: why the latest desired version is not released yet, and until when."""
     desired = job_service.latest_config(session, job, "desired")
     observed = job_service.latest_config(session, job, "observed")
     return JobConfigState(
+        held=hold(job_service.actuator_row(session, job)),
         desired=_config_out(desired) if desired else None,
         observed=_config_out(observed) if observed else None,
         in_sync=desired is not None

@@ -12,7 +12,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, status
 
-from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, PageDep, SessionDep, require
+from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, PageDep, SessionDep, require_member
 from api.routes.jobs import JobDep
 from api.schemas import Page
 from api.services import studies as study_service
@@ -89,13 +89,9 @@ def create_study(
 ) -> StudyOut:
     """Refused with 422 and the reason for empty or inverted bounds or bounds that exclude the
     job's current config, an unknown objective or strategy, bad options, a job without
-    step-timing data in the store or without a desired config; 409 if the job already has a
-    study of that name, or (loop-driven studies) no agent seen within ``ack_timeout_s``."""
-    require(
-        accounts.can_write_desired_config(token),
-        "agent tokens cannot create studies: use a member token "
-        "(tuneloop token create --project PROJECT --role member)",
-    )
+    step-timing data in the store, without a desired config or (loop-driven studies) without
+    an agent seen within ``ack_timeout_s``; 409 if the job already has a study of that name."""
+    require_member(token, "creating a study")
     with _study_errors():
         study = study_service.create_study(session, job, body, actor=accounts.actor_name(token))
     return StudyOut.of(study)
@@ -116,7 +112,7 @@ def update_study(
     body: StudyUpdate, study: StudyDep, session: SessionDep, token: CurrentToken
 ) -> StudyOut:
     """Stopping puts the job back on its pre-study config; 409 for a study that has ended."""
-    require(accounts.can_write_desired_config(token), "agent tokens cannot stop or resume studies")
+    require_member(token, "stopping or resuming a study")
     with _study_errors():
         service.set_state(session, study, body.state, actor=accounts.actor_name(token))
     return StudyOut.of(study)
@@ -131,7 +127,7 @@ def cancel_study(study: StudyDep, session: SessionDep, token: CurrentToken) -> S
     """Cancels a running or stopped study: its running trial fails, the job goes back on its
     pre-study config and the study ends ``cancelled`` (the study and its trials stay, to read).
     Cancelling a cancelled study again answers it unchanged."""
-    require(accounts.can_write_desired_config(token), "agent tokens cannot cancel studies")
+    require_member(token, "cancelling a study")
     with _study_errors():
         service.cancel_study(session, study, actor=accounts.actor_name(token))
     return StudyOut.of(study)

@@ -119,7 +119,11 @@ def get_job(session: Session, project: Project, ref: str) -> Job:
     """The job of ``project`` named ``ref``, or with id ``ref`` when it is all digits."""
     job = _find_job(session, project, ref)
     if job is None:
-        raise NotFound(f"job {ref!r} not found")
+        raise NotFound(
+            f"job {ref!r} not found in project {project.name!r}: its agent creates it when it "
+            f"registers, or create it with POST /api/v1/projects/{project.name}/jobs "
+            '{"name": ...}'
+        )
     return job
 
 

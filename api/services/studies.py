@@ -8,7 +8,6 @@ from sqlalchemy.orm import Session
 
 from api.services import agents as agent_service
 from api.study_schemas import StudyCreate
-from tuneloop.accounts import Conflict
 from tuneloop.storage.models import Job, Study
 from tuneloop.storage.types import utcnow
 from tuner import service
@@ -20,8 +19,8 @@ from tuner.study_options import MemoryPolicy, StudyOptions, measurement_policy
 def create_study(session: Session, job: Job, body: StudyCreate, *, actor: str) -> Study:
     """Validate ``body`` (space, objective, strategy and its options, measurement policy,
     step-timing data of the job, its agent, its pre-study config) and create the study.
-    Raises ``ValueError`` subclasses with one-line reasons, :class:`Conflict` when the loop
-    would drive a job no agent is serving."""
+    Raises ``ValueError`` subclasses with one-line reasons (one when the loop would drive a
+    job no agent is serving)."""
     objective = body.objective or default_objective(job.kind).name
     space = SearchSpace.training(
         batch_size=body.space.batch_size,
@@ -70,13 +69,13 @@ def require_live_agent(session: Session, job: Job, within_s: float) -> None:
     would apply its trials, and each would time out."""
     seen = agent_service.last_seen(session, job)
     if seen is None:
-        raise Conflict(
+        raise service.StudyError(
             f"job {job.name!r} has no agent: start the job with the tuneloop agent "
             "(docs/agent.md), which registers it, before creating a study"
         )
     silent = (utcnow() - seen).total_seconds()
     if silent > within_s:
-        raise Conflict(
+        raise service.StudyError(
             f"job {job.name!r}: its agent was last seen {silent:.0f} s ago, more than "
             f"ack_timeout_s ({within_s:g} s); restart the job's agent (docs/agent.md)"
         )

@@ -57,8 +57,9 @@ def _actuator_audit(live: Live) -> list[tuple[str, Any]]:
         ]
 
 
-def stored_steps(live: Live, rank: str) -> dict[int, float]:
-    """Samples per step of one rank, from the stored step timings (samples/s x duration)."""
+def stored_steps(live: Live, rank: str, job: str = JOB) -> dict[int, float]:
+    """Samples per step of one rank of ``job``, from the stored step timings (samples/s x
+    duration)."""
     metrics = [
         "tuneloop_step_number",
         "tuneloop_samples_per_second",
@@ -70,7 +71,7 @@ def stored_steps(live: Live, rank: str) -> dict[int, float]:
             for sid, metric, labels in session.execute(
                 select(Series.id, Series.metric, Series.labels).where(Series.metric.in_(metrics))
             )
-            if labels.get("job") == JOB and labels.get("rank") == rank
+            if labels.get("job") == job and labels.get("rank") == rank
         }
         rows = session.execute(
             select(samples.c.series_id, samples.c.ts, samples.c.value).where(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -200,7 +201,8 @@ def test_desired_config_outside_bounds_is_refused(
     assert too_big.status_code == 422
     assert too_big.json()["detail"] == (
         "desired config outside the bounds of job 'train': batch_size=4096 is above its "
-        "maximum 512; optimizer='lion' is not one of ['sgd', 'adam']"
+        "maximum 512; optimizer='lion' is not one of ['sgd', 'adam'] (change the config, or "
+        "the bounds of the job's actuation policy: PUT .../actuator)"
     )
     inside = client.put(
         f"{JOB}/config", json={"config": {"batch_size": 512}}, headers=heads["member"]
@@ -292,6 +294,12 @@ def test_approval_and_marks_routes(client: TestClient, heads: dict[str, dict[str
     assert waiting.status_code == 204
     state = client.get(f"{JOB}/actuator", headers=heads["member"]).json()
     assert state["conditions"]["reconcile"]["reason"] == "awaiting_approval"
+    assert state["held"] == {
+        "reason": "awaiting_approval",
+        "version": 2,
+        "until": None,
+        "message": "desired version 2 waits for approval",
+    }
     approved = client.post(f"{JOB}/actuator/approve", json={"version": 2}, headers=heads["member"])
     assert approved.status_code == 200
     released = client.get(f"{JOB}/config/next?after=1&timeout=5", headers=heads["agent"])
@@ -300,3 +308,39 @@ def test_approval_and_marks_routes(client: TestClient, heads: dict[str, dict[str
     assert client.get(f"{JOB}/config/marks", headers=heads["member"]).json() == []
     missing = client.post(f"{JOB}/actuator/approve", json={"version": 9}, headers=heads["member"])
     assert missing.status_code == 404
+
+
+def test_a_held_change_says_why_and_until_when(
+    client: TestClient, heads: dict[str, dict[str, str]]
+) -> None:
+    policy = {"freeze_s": 600, "verify": {"enabled": False}}
+    assert client.put(f"{JOB}/actuator", json=policy, headers=heads["member"]).is_success
+    agent = register(client, heads["agent"], config={"batch_size": 32})
+    # Registering changed nothing: the first change is released at once.
+    client.put(f"{JOB}/config", json={"config": {"batch_size": 64}}, headers=heads["member"])
+    first = client.get(f"{JOB}/config/next?after=1&timeout=5", headers=heads["agent"]).json()
+    assert (first["version"], first["held"]) == (2, None)
+    ack = {"agent_id": agent["id"], "version": 2, "step": 10}
+    assert client.post(f"{JOB}/config/ack", json=ack, headers=heads["agent"]).is_success
+    released_at = time.time()
+
+    client.put(f"{JOB}/config", json={"config": {"batch_size": 128}}, headers=heads["member"])
+    waiting = client.get(f"{JOB}/config/next?after=2&timeout=0", headers=heads["agent"])
+    assert waiting.status_code == 204
+    # A restarted agent (after=0), the job's config and its actuator all say why, until when.
+    resumed = client.get(f"{JOB}/config/next?after=0&timeout=0", headers=heads["agent"]).json()
+    config = client.get(f"{JOB}/config", headers=heads["member"]).json()
+    state = client.get(f"{JOB}/actuator", headers=heads["member"]).json()
+    assert resumed["version"] == 2
+    for held in (resumed["held"], config["held"], state["held"]):
+        assert (held["reason"], held["version"]) == ("frozen", 3)
+        until = datetime.fromisoformat(held["until"]).timestamp()
+        assert until == pytest.approx(released_at + 600, abs=10)
+    assert config["in_sync"] is False
+
+    # Without the freeze the change is released and nothing is held any more.
+    policy["freeze_s"] = 0
+    assert client.put(f"{JOB}/actuator", json=policy, headers=heads["member"]).is_success
+    now = client.get(f"{JOB}/config/next?after=2&timeout=5", headers=heads["agent"]).json()
+    assert (now["version"], now["held"]) == (3, None)
+    assert client.get(f"{JOB}/config", headers=heads["member"]).json()["held"] is None

@@ -125,7 +125,7 @@ def test_desired_config_versions_increment(
     member = secrets_["member"]
     job = client.post(JOBS, json={"name": "train"}, headers=member).json()
     empty = client.get(f"{JOBS}/train/config", headers=member)
-    assert empty.json() == {"desired": None, "observed": None, "in_sync": False}
+    assert empty.json() == {"desired": None, "observed": None, "in_sync": False, "held": None}
 
     versions = []
     for batch_size in (32, 64, 128):

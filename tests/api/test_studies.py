@@ -133,6 +133,7 @@ BAD_STUDIES: list[tuple[dict[str, Any], str]] = [
     ({"strategy_options": {"temperature": 1}}, "has no option temperature"),
     ({"measurement": {"window": 3}}, "unknown measurement option window"),
     ({"measurement": {"min_samples": 2}}, "min_samples must be >= 4"),
+    ({"measurement": {"warmup_s": 10, "window_s": 30, "budget_s": 20}}, "measurement.budget_s"),
     ({"space": {"batch_size": [8, 64], "lr_scaling": None}}, "goodput needs base_batch"),
     ({"objective": "slo_throughput"}, "slo_throughput needs slo_s"),
     ({"space": {**SPACE, "batch_size": [64, 128]}}, "space.batch_size: the job runs batch_size=32"),
@@ -278,7 +279,7 @@ def test_a_study_of_a_job_no_agent_serves_is_refused(
     client: TestClient, auth: dict[str, dict[str, str]], runtime: Runtime
 ) -> None:
     answer = client.post(f"{JOBS}/unserved/studies", json=body(), headers=auth["member"])
-    assert answer.status_code == 409
+    assert answer.status_code == 422
     assert answer.json()["detail"].startswith("job 'unserved' has no agent: start the job with")
     # An agent that registered long ago and has not polled since is not serving it either.
     client.post(f"{JOBS}/unserved/agents", json=AGENT, headers=auth["agent"])
@@ -286,7 +287,7 @@ def test_a_study_of_a_job_no_agent_serves_is_refused(
         for agent in session.scalars(select(JobAgent)):
             agent.last_seen_at = utcnow() - timedelta(hours=1)
     silent = client.post(f"{JOBS}/unserved/studies", json=body(), headers=auth["member"])
-    assert silent.status_code == 409
+    assert silent.status_code == 422
     assert "more than ack_timeout_s (300 s)" in silent.json()["detail"]
     # A job whose agent drives its own study needs no loop to serve it.
     driven = client.post(

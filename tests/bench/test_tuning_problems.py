@@ -89,6 +89,11 @@ def test_an_evaluation_replays_one_measured_run() -> None:
     assert 0.0 in draws  # a run that never reached the target is speed 0, not a guess
     again = [problem.evaluate(config, n, np.random.default_rng([0, n])).value for n in range(20)]
     assert again == draws[:20]
+    # Each draw is told with the noise of one run of its configuration: its runs' spread.
+    told = problem.evaluate(config, 0, np.random.default_rng([0, 0]))
+    assert told.stderr == pytest.approx(float(np.std(measured, ddof=1)))
+    bare = problem.evaluate(config, 0, np.random.default_rng([0, 0]), with_stderr=False)
+    assert bare.stderr is None and bare.value == told.value
 
 
 def test_out_of_memory_configs_are_infeasible_with_reason_oom() -> None:
@@ -158,4 +163,11 @@ def test_scores_of_a_trace() -> None:
     ]
     assert recommended(problem, history, 3) == pytest.approx(problem.fraction(second))
     assert recommended(problem, [], 3) == 0.0
+    # Told with their noise, a lucky draw far outside its error bar no longer wins alone.
+    noisy = [
+        Observation(0, best, "complete", value=2.0, stderr=0.1),
+        Observation(1, second, "complete", value=2.5, stderr=2.0),
+    ]
+    assert recommended(problem, noisy, 2) == pytest.approx(1.0)
+    assert recommended(problem, noisy, 2, z=0.0) == pytest.approx(problem.fraction(second))
     assert math.isclose(problem.fraction(best), 1.0)

@@ -46,7 +46,7 @@ def test_round_trip_and_defaults() -> None:
         ({"driven_by": "human"}, "driven_by must be one of tuner, agent"),
         ({"ack_timeout_s": 0}, "ack_timeout_s must be a positive number"),
         ({"warm_start_from": [1, -2]}, "warm_start_from must be a positive integer"),
-        ({"measurement": {"window_s": 0}}, "measurement: window_s"),
+        ({"measurement": {"window_s": 0}}, "measurement.window_s must be > 0"),
         ({"measurement": {"windows": 3}}, "unknown measurement option windows"),
         ({"measurement": [1]}, "measurement must be an object"),
         ({"strategy_options": [1]}, "strategy_options must be an object"),

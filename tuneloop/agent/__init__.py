@@ -1,6 +1,6 @@
-"""The job-side agent SDK: light on dependencies (httpx; OpenTelemetry from the ``agent``
-extra for step instrumentation; torch only for :mod:`tuneloop.agent.torch`), no server
-packages.
+"""The job-side agent SDK, distribution ``tuneloop-agent`` (``agent/pyproject.toml``): light
+on dependencies (httpx; the OpenTelemetry SDK and OTLP/HTTP exporter for step instrumentation;
+the job's own torch only for :mod:`tuneloop.agent.torch`), no server packages.
 
 ::
 

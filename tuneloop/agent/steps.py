@@ -2,7 +2,7 @@
 ``tuneloop.phase.<phase>`` children, as ``docs/step-timing.md`` specifies, exported over
 OTLP/HTTP; and the gradient noise scale as a gauge.
 
-Needs the ``agent`` extra (``opentelemetry-sdk``, ``opentelemetry-exporter-otlp-proto-http``).
+``opentelemetry-sdk`` and ``opentelemetry-exporter-otlp-proto-http`` come with the agent.
 Spans are created with explicit parents rather than through the current context, and exported
 in batches off the training thread, so a step costs a few tens of microseconds.
 """
@@ -14,23 +14,17 @@ from contextlib import nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-try:
-    from opentelemetry.context import Context
-    from opentelemetry.exporter.otlp.proto.http import Compression
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.metrics import CallbackOptions, Observation
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    from opentelemetry.trace import Span, Status, StatusCode, set_span_in_context
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "step instrumentation needs the agent extra: pip install 'tuneloop[agent]' "
-        "(opentelemetry-sdk and opentelemetry-exporter-otlp-proto-http)"
-    ) from exc
+from opentelemetry.context import Context
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import Span, Status, StatusCode, set_span_in_context
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

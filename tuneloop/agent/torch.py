@@ -29,11 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -43,10 +42,16 @@ from torch.nn.parallel import DistributedDataParallel
 
 from tuneloop.agent.agent import Agent
 from tuneloop.agent.client import RankInfo
+from tuneloop.learning_rate import (
+    LR_SCALINGS,
+    SYNC_MODES,
+    LrScaling,
+    SyncMode,
+    lr_batch,
+    scaled_lr,
+)
 
 log = logging.getLogger(__name__)
-
-LrScaling = Literal["linear", "sqrt"]
 
 
 class ConfigError(ValueError):
@@ -113,6 +118,7 @@ class TunedTraining:
         lr_scaling: LrScaling | None = "linear",
         base_lr: float | None = None,
         base_batch: int | None = None,
+        sync_mode: SyncMode = "accumulate",
         check_every: int = 1,
         noise_every: int = 10,
         group: Any = None,
@@ -121,10 +127,17 @@ class TunedTraining:
         size, and at the end of each pass). ``config`` is the starting one: ``batch_size``
         (per rank), ``sync_period`` (micro-batches per optimizer step, default 1) and
         optionally ``learning_rate``. Without ``learning_rate`` in a config the rate follows
-        ``lr_scaling`` from ``base_lr`` at the global batch ``base_batch``.
+        ``lr_scaling`` from ``base_lr`` at the global batch ``base_batch``, the rule the tuner
+        applies (:mod:`tuneloop.learning_rate`); ``sync_mode`` is the study's: what one
+        optimizer step sees with ``sync_period`` > 1 (``"local_sgd"`` when the loop steps the
+        optimizer on every micro-batch and averages the models after ``sync_period``).
         ``noise_every``: measure the gradient noise scale every this many steps (0: never)."""
         if check_every < 1:
             raise ValueError(f"check_every must be >= 1, got {check_every}")
+        if lr_scaling is not None and lr_scaling not in LR_SCALINGS:
+            raise ValueError(f"lr_scaling must be linear, sqrt or None, got {lr_scaling!r}")
+        if sync_mode not in SYNC_MODES:
+            raise ValueError(f"sync_mode must be accumulate or local_sgd, got {sync_mode!r}")
         self.agent = agent
         self.model = model
         self.optimizer = optimizer
@@ -132,6 +145,7 @@ class TunedTraining:
         self._lr_scaling = lr_scaling
         self._base_lr = base_lr
         self._base_batch = base_batch
+        self._sync_mode = sync_mode
         self._check_every = check_every
         self._noise_every = noise_every
         self._group = group
@@ -172,8 +186,8 @@ class TunedTraining:
             return float(config["learning_rate"])
         if self._lr_scaling is None or self._base_lr is None or self._base_batch is None:
             return None
-        ratio = self.world_size * batch * period / self._base_batch
-        return self._base_lr * (ratio if self._lr_scaling == "linear" else math.sqrt(ratio))
+        batch_seen = lr_batch(batch, self.world_size, period, self._sync_mode)
+        return scaled_lr(self._lr_scaling, self._base_lr, self._base_batch, batch_seen)
 
     @staticmethod
     def _check(config: Mapping[str, Any]) -> tuple[int, int]:

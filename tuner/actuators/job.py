@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,21 +23,22 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from tuneloop import accounts
 from tuneloop.config_events import changed_after_commit
-from tuneloop.job_configs import STUDY_SOURCE_PREFIX
-from tuneloop.storage.models import Job, JobActuator, JobConfig, JobConfigMark
+from tuneloop.job_configs import is_study_outcome, is_study_trial
+from tuneloop.storage.models import Job, JobActuator, JobConfig, JobConfigMark, JobConfigRelease
 from tuneloop.storage.timeseries.query import query_range
 from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp
 from tuneloop.storage.types import utcnow
-from tuner.actuators import protocol
+from tuner.actuators import holds, protocol
 from tuner.actuators.policy import (
-    ActuationPolicy,
     Decision,
     Stats,
     Version,
+    VersionRole,
     View,
     decide,
     verification_due,
 )
+from tuner.actuators.policy_config import ActuationPolicy
 from tuner.measurement import window_stats
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,11 @@ def approve(session: Session, job: Job, version: int) -> JobActuator:
 def adopt_initial(session: Session, job: Job, config: Mapping[str, Any]) -> JobConfig:
     """A job started with ``config`` before tuneloop told it anything: record it as desired
     version 1, released and good, so it is what a rollback can return to. Returns the version
-    the job should consider itself running (the released one if there is already one)."""
+    the job should consider itself running (the released one if there is already one: a
+    restarted job resumes the last good version, or a study's trial while one runs).
+
+    ``changed_at`` stays unset: registering changes nothing, so the freeze does not hold the
+    job's first change."""
     row = ensure_actuator(session, job)
     released = protocol.released_config(session, job)
     if released is not None:
@@ -102,14 +106,14 @@ def adopt_initial(session: Session, job: Job, config: Mapping[str, Any]) -> JobC
     version = protocol.append_config(session, job, "desired", config, source="agent")
     protocol.release(session, job, version.version, "goal")
     row.goal_version = row.released_version = row.last_good_version = version.version
-    row.changed_at = utcnow()
     session.flush()
     return version
 
 
 def _goal_version(session: Session, job: Job, row: JobActuator) -> int | None:
     """The newest desired version not written by the actuator itself, unless the actuator
-    already moved past it (a rollback supersedes the goal it rolled back)."""
+    already moved past it (a rollback supersedes the goal that led to the version it rolled
+    back)."""
     newest = session.scalar(
         select(func.max(JobConfig.version)).where(
             JobConfig.job_id == job.id,
@@ -126,34 +130,46 @@ def _desired(session: Session, job: Job, number: int | None) -> JobConfig | None
     return None if number is None else protocol.config_version(session, job, "desired", number)
 
 
+def role_of(source: str | None) -> VersionRole:
+    """What a desired version is to the policy, from who wrote it."""
+    if is_study_trial(source):
+        return "study_trial"
+    if is_study_outcome(source):
+        return "study_outcome"
+    return "change"
+
+
 def _as_version(found: JobConfig | None) -> Version | None:
-    return None if found is None else Version(found.version, dict(found.config))
+    if found is None:
+        return None
+    return Version(found.version, dict(found.config), role_of(found.source))
 
 
-def _version(session: Session, job: Job, number: int | None) -> Version | None:
-    return _as_version(_desired(session, job, number))
-
-
-def _written_by_study(found: JobConfig | None) -> bool:
-    return found is not None and found.source.startswith(STUDY_SOURCE_PREFIX)
-
-
-def _policy_for(
-    policy: ActuationPolicy,
-    row: JobActuator,
-    goal: JobConfig | None,
-    released: JobConfig | None,
-) -> ActuationPolicy:
-    """``policy`` without verification while a tuning study's trials are what is released: a
-    study measures each trial over its own window and keeps the best, so verifying them too
-    would hold every trial for the verification window and roll back the very exploration
-    the study exists for. A person's change still being verified is verified first."""
-    if not policy.verify.enabled or not _written_by_study(goal):
-        return policy
-    verified = released is None or released.version == row.last_good_version
-    if not verified and not _written_by_study(released):
-        return policy
-    return replace(policy, verify=replace(policy.verify, enabled=False))
+def _last_good(session: Session, job: Job, row: JobActuator) -> Version | None:
+    """The last good version; a study's trial recorded as good before trials were told apart
+    gives way to the newest released version before it that is not one."""
+    found = _desired(session, job, row.last_good_version)
+    if found is None or not is_study_trial(found.source):
+        return _as_version(found)
+    earlier = session.scalars(
+        select(JobConfig)
+        .join(
+            JobConfigRelease,
+            (JobConfigRelease.job_id == JobConfig.job_id)
+            & (JobConfigRelease.version == JobConfig.version),
+        )
+        .where(
+            JobConfig.job_id == job.id,
+            JobConfig.kind == "desired",
+            JobConfig.version < found.version,
+        )
+        .order_by(JobConfig.version.desc())
+    )
+    for candidate in earlier:
+        if not is_study_trial(candidate.source):
+            row.last_good_version = candidate.version
+            return _as_version(candidate)
+    return None
 
 
 def measure(
@@ -206,7 +222,13 @@ def needs_reconcile(session: Session, job: Job) -> bool:
     )
     if row is None:
         return newest is not None
-    return newest != row.released_version or row.released_version != row.last_good_version
+    if newest != row.released_version:
+        return True
+    if row.released_version == row.last_good_version or row.released_version is None:
+        return False
+    # A study's trial stays unverified until the study ends: nothing to do meanwhile.
+    released = _desired(session, job, row.released_version)
+    return released is None or not is_study_trial(released.source)
 
 
 def reconcile_job(session: Session, job: Job, *, now: datetime | None = None) -> Decision:
@@ -220,12 +242,11 @@ def reconcile_job(session: Session, job: Job, *, now: datetime | None = None) ->
         row.goal_version = goal_number
     goal = _desired(session, job, goal_number)
     released = protocol.released_config(session, job)
-    policy = _policy_for(policy, row, goal, released)
     view = View(
         now=now.timestamp(),
         goal=_as_version(goal),
         released=_as_version(released),
-        last_good=_version(session, job, row.last_good_version),
+        last_good=_last_good(session, job, row),
         approved_version=row.approved_version,
         changed_at=row.changed_at.timestamp() if row.changed_at else None,
         baseline=Stats.from_dict(row.baseline),
@@ -244,6 +265,7 @@ def reconcile_job(session: Session, job: Job, *, now: datetime | None = None) ->
     elif (
         policy.verify.enabled
         and view.goal is not None
+        and view.goal.role == "change"
         and view.released is not None
         and view.goal.number != view.released.number
     ):
@@ -277,11 +299,18 @@ def _apply(
             # can ask for "newer than what I run", hence a copy of the goal under a new number.
             goal = protocol.config_version(session, job, "desired", version)
             assert goal is not None
-            copy = protocol.append_config(
-                session, job, "desired", goal.config, source=protocol.ACTUATOR_SOURCE
-            )
+            # A copy of a study's version keeps its source, so it stays what it was.
+            source = protocol.ACTUATOR_SOURCE if role_of(goal.source) == "change" else goal.source
+            copy = protocol.append_config(session, job, "desired", goal.config, source=source)
             version = copy.version
-        _release(session, job, row, policy, version, "goal", now)
+        verified = decision.reason == "goal"  # a study's versions are measured by the study
+        _release(session, job, row, policy if verified else None, version, "goal", now)
+        if decision.reason == "study_outcome":
+            # Measured by the study that wrote it: good as released, and the version a later
+            # rollback or a restarted job returns to.
+            row.goal_version = row.last_good_version = version
+            row.baseline = None
+            _mark(session, job, version, "good", decision, None)
     elif decision.action == "step":
         assert decision.config is not None
         step = protocol.append_config(
@@ -299,9 +328,12 @@ def _apply(
             session, job, "desired", decision.config, source=protocol.ACTUATOR_SOURCE
         )
         protocol.release(session, job, back.version, "rollback")
-        # The version rolled back to is known good: nothing to verify, and it is the new goal
-        # until someone writes another desired version.
-        row.goal_version = row.released_version = row.last_good_version = back.version
+        # The version rolled back to is known good: nothing to verify. It supersedes the goal
+        # that led to the bad version, not one written since (a study's next trial): that
+        # stays the goal and is released next.
+        row.released_version = row.last_good_version = back.version
+        if row.goal_version is None or row.goal_version <= decision.version:
+            row.goal_version = back.version
         row.changed_at = now
         row.baseline = None
     changed = _set_condition(row, decision, now)
@@ -342,13 +374,14 @@ def _release(
     session: Session,
     job: Job,
     row: JobActuator,
-    policy: ActuationPolicy,
+    policy: ActuationPolicy | None,
     version: int,
     reason: protocol.ReleaseReason,
     now: datetime,
 ) -> None:
+    """Release ``version``; with ``policy`` (a change to verify) measure the baseline first."""
     baseline = None
-    if policy.verify.enabled:
+    if policy is not None and policy.verify.enabled:
         stats = _baseline(session, job, row, policy, now)
         baseline = stats.to_dict() if stats is not None else None
     protocol.release(session, job, version, reason)
@@ -389,10 +422,12 @@ def _set_condition(row: JobActuator, decision: Decision, now: datetime) -> bool:
     """Record the decision as the actuator's condition; ``True`` when it changed (timestamps
     move only then, so an unchanged state writes nothing)."""
     current = dict(row.conditions or {})
-    previous = current.get("reconcile") or {}
-    entry = {"action": decision.action, "reason": decision.reason, "message": decision.message}
+    previous = current.get(holds.CONDITION) or {}
+    entry = holds.condition_entry(
+        decision.action, decision.reason, decision.message, decision.retry_at
+    )
     if {k: previous.get(k) for k in entry} == entry:
         return False
-    current["reconcile"] = {**entry, "since": now.isoformat()}
+    current[holds.CONDITION] = {**entry, "since": now.isoformat()}
     row.conditions = current
     return True

@@ -9,16 +9,26 @@ released one that passed verification. The actuator walks the released config to
 (at most ``max_change`` per step, one step per ``freeze_s``), verifies every change against the
 objective measured before it, and rolls back when the change made things worse by more than
 the measurement noise.
+
+A tuning study's versions are not changes of that kind. Its **trials** are exploration: each is
+released whole as soon as the study writes it (the study measures the very config it proposed
+over its own window), never verified and never the last good version, so that a study that
+ends badly, or a job restarted in the middle of one, can only return to a config measured as
+good. Its **outcome** (the pre-study config it restores, or the best config after it beat the
+pre-study one beyond the noise) was measured by the study: it is released whole at once and is
+the last good version from then on.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
-Direction = Literal["maximize", "minimize"]
+from tuner.actuators.policy_config import ActuationPolicy, VerifyPolicy
+
+VersionRole = Literal["change", "study_trial", "study_outcome"]
 Action = Literal["none", "release", "step", "wait", "refuse", "dry_run", "confirm", "rollback"]
 
 GRACE_WINDOWS = 2
@@ -27,204 +37,6 @@ host): how many more windows to wait for them before deciding without them."""
 
 LEARNING_RATE = "learning_rate"
 """Follows the batch: when a step clamps the batch, the learning rate is interpolated too."""
-
-
-class PolicyError(ValueError):
-    """An actuation policy, or a config checked against it, is invalid."""
-
-
-@dataclass(frozen=True, slots=True)
-class Bound:
-    """Allowed values of one config key: a numeric range (either end open) or a list."""
-
-    min: float | None = None
-    max: float | None = None
-    values: tuple[Any, ...] | None = None
-
-    def problem(self, name: str, value: object) -> str | None:
-        """Why ``value`` is outside this bound, or ``None`` when it is inside."""
-        if self.values is not None:
-            if value not in self.values:
-                return f"{name}={value!r} is not one of {list(self.values)!r}"
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return f"{name}={value!r} is not a number"
-        if not math.isfinite(value):
-            return f"{name}={value!r} is not finite"
-        if self.min is not None and value < self.min:
-            return f"{name}={value!r} is below its minimum {self.min:g}"
-        if self.max is not None and value > self.max:
-            return f"{name}={value!r} is above its maximum {self.max:g}"
-        return None
-
-    @classmethod
-    def from_dict(cls, name: str, data: object) -> Bound:
-        if isinstance(data, list):
-            if not data:
-                raise PolicyError(f"bounds.{name}: an empty list allows nothing")
-            return cls(values=tuple(data))
-        if not isinstance(data, Mapping):
-            raise PolicyError(f"bounds.{name}: use {{'min': x, 'max': y}} or a list of values")
-        unknown = set(data) - {"min", "max"}
-        if unknown:
-            raise PolicyError(f"bounds.{name}: unknown field(s) {sorted(unknown)}")
-        low, high = data.get("min"), data.get("max")
-        for end, value in (("min", low), ("max", high)):
-            if value is not None and (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-            ):
-                raise PolicyError(f"bounds.{name}.{end} must be a finite number, got {value!r}")
-        if low is not None and high is not None and low > high:
-            raise PolicyError(f"bounds.{name}: min {low} is above max {high}")
-        return cls(min=low, max=high)
-
-    def to_dict(self) -> Any:
-        if self.values is not None:
-            return list(self.values)
-        return {k: v for k, v in (("min", self.min), ("max", self.max)) if v is not None}
-
-
-@dataclass(frozen=True, slots=True)
-class VerifyPolicy:
-    """How a change is verified: the objective is the mean of ``metric`` (rank 0 of the job)
-    over ``window_s`` before the change and over ``window_s`` after ``settle_s`` past it."""
-
-    enabled: bool = True
-    metric: str = "tuneloop_samples_per_second"
-    direction: Direction = "maximize"
-    settle_s: float = 5.0
-    window_s: float = 30.0
-    noise_sigmas: float = 2.0
-    """Worse by more than this many standard errors of the difference means worse."""
-    min_samples: int = 4
-
-    def due_at(self, changed_at: float) -> float:
-        return changed_at + self.settle_s + self.window_s
-
-
-@dataclass(frozen=True, slots=True)
-class ActuationPolicy:
-    bounds: Mapping[str, Bound] = field(default_factory=dict)
-    max_change: Mapping[str, float] = field(default_factory=dict)
-    """Largest factor (> 1) by which a positive numeric key may grow or shrink in one step."""
-    freeze_s: float = 0.0
-    """No new change for this long after each change (verification also holds changes)."""
-    dry_run: bool = False
-    """Decide and record, but release nothing."""
-    require_approval: bool = False
-    """Release a goal only once a person approved its version (or a later one)."""
-    verify: VerifyPolicy = field(default_factory=VerifyPolicy)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> ActuationPolicy:
-        """Parse and validate a stored or submitted policy; :class:`PolicyError` names the
-        first problem."""
-        data = dict(data or {})
-        unknown = set(data) - {
-            "bounds",
-            "max_change",
-            "freeze_s",
-            "dry_run",
-            "require_approval",
-            "verify",
-        }
-        if unknown:
-            raise PolicyError(f"unknown policy field(s) {sorted(unknown)}")
-        bounds_data = data.get("bounds") or {}
-        if not isinstance(bounds_data, Mapping):
-            raise PolicyError("bounds must be an object of config key -> bound")
-        bounds = {str(k): Bound.from_dict(str(k), v) for k, v in bounds_data.items()}
-        changes_data = data.get("max_change") or {}
-        if not isinstance(changes_data, Mapping):
-            raise PolicyError("max_change must be an object of config key -> factor")
-        max_change: dict[str, float] = {}
-        for key, factor in changes_data.items():
-            if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor > 1:
-                raise PolicyError(f"max_change.{key} must be a factor > 1, got {factor!r}")
-            max_change[str(key)] = float(factor)
-        freeze = _number(data.get("freeze_s", 0.0), "freeze_s")
-        verify = _verify_from_dict(data.get("verify") or {})
-        for flag in ("dry_run", "require_approval"):
-            if not isinstance(data.get(flag, False), bool):
-                raise PolicyError(f"{flag} must be true or false")
-        return cls(
-            bounds=bounds,
-            max_change=max_change,
-            freeze_s=freeze,
-            dry_run=bool(data.get("dry_run", False)),
-            require_approval=bool(data.get("require_approval", False)),
-            verify=verify,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        verify = self.verify
-        return {
-            "bounds": {k: b.to_dict() for k, b in self.bounds.items()},
-            "max_change": dict(self.max_change),
-            "freeze_s": self.freeze_s,
-            "dry_run": self.dry_run,
-            "require_approval": self.require_approval,
-            "verify": {
-                "enabled": verify.enabled,
-                "metric": verify.metric,
-                "direction": verify.direction,
-                "settle_s": verify.settle_s,
-                "window_s": verify.window_s,
-                "noise_sigmas": verify.noise_sigmas,
-                "min_samples": verify.min_samples,
-            },
-        }
-
-    def bound_problems(self, config: Mapping[str, Any]) -> list[str]:
-        """Every key of ``config`` outside its bound, by key (keys without a bound are free)."""
-        problems = []
-        for name, bound in sorted(self.bounds.items()):
-            if name in config:
-                problem = bound.problem(name, config[name])
-                if problem is not None:
-                    problems.append(problem)
-        return problems
-
-
-def _number(value: object, name: str, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise PolicyError(f"{name} must be a finite number, got {value!r}")
-    if value < 0 or (positive and value == 0):
-        raise PolicyError(f"{name} must be {'> 0' if positive else '>= 0'}, got {value!r}")
-    return float(value)
-
-
-def _verify_from_dict(data: object) -> VerifyPolicy:
-    if not isinstance(data, Mapping):
-        raise PolicyError("verify must be an object")
-    default = VerifyPolicy()
-    known = set(VerifyPolicy.__dataclass_fields__)
-    unknown = set(data) - known
-    if unknown:
-        raise PolicyError(f"unknown verify field(s) {sorted(unknown)}")
-    direction = data.get("direction", default.direction)
-    if direction not in ("maximize", "minimize"):
-        raise PolicyError(f"verify.direction must be maximize or minimize, got {direction!r}")
-    metric = data.get("metric", default.metric)
-    if not isinstance(metric, str) or not metric:
-        raise PolicyError("verify.metric must be a metric name")
-    enabled = data.get("enabled", default.enabled)
-    if not isinstance(enabled, bool):
-        raise PolicyError("verify.enabled must be true or false")
-    min_samples = data.get("min_samples", default.min_samples)
-    if isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 2:
-        raise PolicyError(f"verify.min_samples must be an integer >= 2, got {min_samples!r}")
-    return VerifyPolicy(
-        enabled=enabled,
-        metric=metric,
-        direction=direction,
-        settle_s=_number(data.get("settle_s", default.settle_s), "verify.settle_s"),
-        window_s=_number(data.get("window_s", default.window_s), "verify.window_s", positive=True),
-        noise_sigmas=_number(data.get("noise_sigmas", default.noise_sigmas), "verify.noise_sigmas"),
-        min_samples=min_samples,
-    )
 
 
 # --------------------------------------------------------------------------- decisions
@@ -236,6 +48,9 @@ class Version:
 
     number: int
     config: Mapping[str, Any]
+    role: VersionRole = "change"
+    """``study_trial`` or ``study_outcome`` for a tuning study's versions (module docstring);
+    ``change`` for everything else (people, the API, the actuator's own steps)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,9 +107,11 @@ class Decision:
 
 
 def verification_pending(view: View) -> bool:
-    """Whether the released version has not been verified yet."""
+    """Whether the released version is a change not verified yet (a study's trial is never
+    verified, its outcome is good as released)."""
     return (
         view.released is not None
+        and view.released.role == "change"
         and view.changed_at is not None
         and (view.last_good is None or view.last_good.number != view.released.number)
     )
@@ -355,7 +172,7 @@ def decide(policy: ActuationPolicy, view: View) -> Decision:
                 version=view.released.number,
             )
         worse, loss, noise = judge_change(view.baseline, after, verify)
-        if worse and view.last_good is not None:
+        if worse and view.last_good is not None and view.last_good.role != "study_trial":
             return Decision(
                 "rollback",
                 "objective_worse",
@@ -398,33 +215,13 @@ def decide(policy: ActuationPolicy, view: View) -> Decision:
             f"desired version {goal.number} is outside the job's bounds: {'; '.join(problems)}",
             version=goal.number,
         )
-    if view.changed_at is not None and view.now < view.changed_at + policy.freeze_s:
-        until = view.changed_at + policy.freeze_s
-        return Decision(
-            "wait",
-            "frozen",
-            f"no change for {policy.freeze_s:g}s after the last one",
-            retry_at=until,
-        )
-    if policy.require_approval and (view.approved_version or 0) < goal.number:
-        return Decision(
-            "wait",
-            "awaiting_approval",
-            f"desired version {goal.number} waits for approval",
-        )
-    before = view.before
-    if verify.enabled and view.changed_at is not None and before is not None:
-        hold_until = verify.due_at(view.changed_at) + GRACE_WINDOWS * verify.window_s
-        if before.n < verify.min_samples and view.now < hold_until:
-            # The job reports measurements, but too few yet of the running config to verify
-            # a change against (it just changed, or its measurements are late).
-            return Decision(
-                "wait",
-                "measuring_baseline",
-                "measuring the running config before changing it",
-                retry_at=hold_until,
-            )
-    step = _step_towards(policy, view.released, goal)
+    held = _held_by_freeze(policy, view, goal) or _held_by_approval(policy, view, goal)
+    if held is None and goal.role == "change":
+        held = _held_for_baseline(policy, view)
+    if held is not None:
+        return held
+    # A study's versions are released whole: the study measures the config it proposed.
+    step = _step_towards(policy, view.released, goal) if goal.role == "change" else None
     if policy.dry_run:
         what = "release version" if step is None else "step towards version"
         return Decision(
@@ -433,6 +230,20 @@ def decide(policy: ActuationPolicy, view: View) -> Decision:
             f"dry run: would {what} {goal.number}",
             version=goal.number,
             config=step if step is not None else dict(goal.config),
+        )
+    if goal.role == "study_outcome":
+        return Decision(
+            "release",
+            "study_outcome",
+            f"release desired version {goal.number}, the config a study ended on, as good",
+            version=goal.number,
+        )
+    if goal.role == "study_trial":
+        return Decision(
+            "release",
+            "study_trial",
+            f"release desired version {goal.number}, a study's trial, unverified",
+            version=goal.number,
         )
     if step is None:
         return Decision(
@@ -444,6 +255,55 @@ def decide(policy: ActuationPolicy, view: View) -> Decision:
         f"step towards desired version {goal.number} (at most max_change per step)",
         version=goal.number,
         config=step,
+    )
+
+
+def _held_by_freeze(policy: ActuationPolicy, view: View, goal: Version) -> Decision | None:
+    """The freeze counts from the last release. A study's outcome is never held by it, and
+    its trials only with ``freeze_study_trials`` (the study times its own trials)."""
+    if goal.role == "study_outcome" or (
+        goal.role == "study_trial" and not policy.freeze_study_trials
+    ):
+        return None
+    if view.changed_at is None or view.now >= view.changed_at + policy.freeze_s:
+        return None
+    return Decision(
+        "wait",
+        "frozen",
+        f"no change for {policy.freeze_s:g}s after the last one",
+        retry_at=view.changed_at + policy.freeze_s,
+    )
+
+
+def _held_by_approval(policy: ActuationPolicy, view: View, goal: Version) -> Decision | None:
+    """An outcome needs no approval: it is the pre-study config or a trial already released."""
+    if (
+        not policy.require_approval
+        or goal.role == "study_outcome"
+        or (view.approved_version or 0) >= goal.number
+    ):
+        return None
+    return Decision(
+        "wait",
+        "awaiting_approval",
+        f"desired version {goal.number} waits for approval",
+    )
+
+
+def _held_for_baseline(policy: ActuationPolicy, view: View) -> Decision | None:
+    """The job reports measurements, but too few yet of the running config to verify a
+    change against (it just changed, or its measurements are late)."""
+    verify, before = policy.verify, view.before
+    if not verify.enabled or view.changed_at is None or before is None:
+        return None
+    hold_until = verify.due_at(view.changed_at) + GRACE_WINDOWS * verify.window_s
+    if before.n >= verify.min_samples or view.now >= hold_until:
+        return None
+    return Decision(
+        "wait",
+        "measuring_baseline",
+        "measuring the running config before changing it",
+        retry_at=hold_until,
     )
 
 

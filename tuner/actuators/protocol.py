@@ -22,7 +22,7 @@ from tuneloop.accounts import Conflict, InvalidInput
 from tuneloop.config_events import changed_after_commit
 from tuneloop.job_configs import ACK_KEY, ConfigKind, latest_config
 from tuneloop.storage.models import Job, JobActuator, JobConfig, JobConfigMark, JobConfigRelease
-from tuner.actuators.policy import ActuationPolicy
+from tuner.actuators.policy_config import ActuationPolicy
 
 ReleaseReason = Literal["goal", "step", "rollback"]
 
@@ -45,7 +45,9 @@ def append_config(
         problems = actuation_policy(session, job).bound_problems(config)
         if problems:
             raise InvalidInput(
-                f"desired config outside the bounds of job {job.name!r}: {'; '.join(problems)}"
+                f"desired config outside the bounds of job {job.name!r}: {'; '.join(problems)} "
+                "(change the config, or the bounds of the job's actuation policy: PUT "
+                ".../actuator)"
             )
         changed_after_commit(session, job.id)
     return job_configs.append_config(session, job, kind, config, source=source)

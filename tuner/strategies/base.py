@@ -167,6 +167,58 @@ def best_observation(
     return max(complete, key=lambda o: (sign * (o.value or 0.0), -o.number))
 
 
+@dataclass(frozen=True, slots=True)
+class BestEstimate:
+    """The configuration a study would keep: ``value`` and ``stderr`` pool its complete trials
+    (``trials``, their numbers) by inverse-variance weighting."""
+
+    config: Mapping[str, ParamValue]
+    value: float
+    stderr: float
+    trials: tuple[int, ...]
+
+
+def best_estimate(
+    history: Iterable[Observation],
+    direction: Direction,
+    *,
+    z: float = 1.0,
+    include_prior: bool = False,
+) -> BestEstimate | None:
+    """The configuration whose pooled value is best by a pessimistic margin of ``z`` standard
+    errors (``value - z * stderr`` when maximizing), or ``None`` without a complete trial.
+
+    A trial accepted as noisy can come out high by luck; ranking on its raw value would keep a
+    lucky measurement over a precise one that is as good. With the margin a noisy trial wins
+    only when it beats the precise one by more than its own error bar, and with equal errors
+    (or none, as told by an agent without a stderr) the order is the values' order. Repeats of
+    a configuration are pooled, so a re-measured configuration earns a smaller error. Ties go
+    to the earliest trial."""
+    groups: dict[ConfigKey, list[Observation]] = {}
+    for obs in history:
+        if obs.state == "complete" and (include_prior or not obs.prior):
+            groups.setdefault(config_key(obs.config), []).append(obs)
+    if not groups:
+        return None
+    sign = 1.0 if direction == "maximize" else -1.0
+    estimates = [_pooled(trials) for trials in groups.values()]
+    return max(estimates, key=lambda e: (sign * e.value - z * e.stderr, -min(e.trials)))
+
+
+def _pooled(trials: Sequence[Observation]) -> BestEstimate:
+    values = np.asarray([o.value or 0.0 for o in trials])
+    errors = np.asarray([o.stderr or 0.0 for o in trials])
+    if np.all(errors > 0):
+        weights = 1.0 / errors**2
+        value = float((weights * values).sum() / weights.sum())
+        stderr = float(1.0 / math.sqrt(weights.sum()))
+    else:  # an error bar is unknown: the plain mean and what is known of its error
+        value = float(values.mean())
+        stderr = float(math.sqrt(float((errors**2).sum())) / len(trials))
+    numbers = tuple(o.number for o in trials)
+    return BestEstimate(trials[-1].config, value, stderr, numbers)
+
+
 def warm_start(prior: Iterable[Observation], space: SearchSpace) -> tuple[Observation, ...]:
     """Observations of earlier jobs (same model signature and hardware) ready to prepend to a
     new study's history: complete and infeasible ones whose configuration is in ``space``,

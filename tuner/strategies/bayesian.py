@@ -11,16 +11,22 @@ Per ``ask`` (stateless; the fitted model is cached by its training data only):
    length scale per dimension, learned noise, normalised targets; the same estimator that
    ``skopt.Optimizer(base_estimator="GP")`` builds) fitted on the complete trials, on the log
    of their values when all are positive. skopt minimizes, so a maximized value is negated.
+   **Per-trial noise**: a trial's stderr becomes the error variance of its target
+   (``log(1 + (stderr/value)^2)`` on log values, the delta method bounded), scaled like the
+   normalised targets and added to the kernel's diagonal (scikit-learn's per-sample ``alpha``)
+   on top of the learned white noise, which stays the floor: a trial accepted as noisy pulls
+   the model less than a precise one at the same point.
    Integer dimensions are skopt ``Integer``s (log-uniform for log parameters); a powers-of-two
    parameter is the integer *exponent*; categoricals are skopt ``Categorical``s of their
    indices. Proposals come from the space's own lattice, so they are plain Python values.
-4. **Acquisition**: expected improvement (skopt's ``gaussian_ei``) times the probability of
-   being feasible, maximized over the lattice of the space (every lattice configuration when
-   there are at most ``max_candidates``, otherwise a seeded sample plus the neighbours of the
-   best trials), minus everything tried or excluded, within a trust region around the three
-   best trials (see ``_trust_region``). We do this instead of ``Optimizer.ask()`` because
-   ``ask`` can neither mask configurations nor weight by feasibility; on these small integer
-   spaces the lattice is the exact argmax anyway.
+4. **Acquisition**: expected improvement (skopt's ``gaussian_ei``) over the best posterior
+   mean at a tried configuration (not the best raw value, which a lucky noisy trial sets)
+   times the probability of being feasible, maximized over the lattice of the space (every
+   lattice configuration when there are at most ``max_candidates``, otherwise a seeded sample
+   plus the neighbours of the best trials), minus everything tried or excluded, within a trust
+   region around the three best trials by posterior mean (see ``_trust_region``). We do this
+   instead of ``Optimizer.ask()`` because ``ask`` can neither mask configurations nor weight
+   by feasibility; on these small integer spaces the lattice is the exact argmax anyway.
 5. **Nothing left**: every candidate tried, the tried configuration with the best predicted
    value is measured again (see ``_remeasure``).
 
@@ -45,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from tuner.objectives import Direction
 from tuner.space import CategoricalParam, IntParam, ParamValue, SearchSpace
@@ -52,7 +59,7 @@ from tuner.strategies.base import (
     BaseStrategy,
     Observation,
     SpaceExhausted,
-    best_observation,
+    best_estimate,
     config_key,
     oom_rule,
     tried_keys,
@@ -142,7 +149,7 @@ class BayesianOptimization(BaseStrategy):
 
         own = [o for o in history if not o.prior]
         if not own:
-            prior_best = best_observation(history, self.direction, include_prior=True)
+            prior_best = best_estimate(history, self.direction, include_prior=True)
             if prior_best is not None and not dominated(prior_best.config):
                 return dict(prior_best.config)
 
@@ -238,24 +245,16 @@ class BayesianOptimization(BaseStrategy):
         assert self._skopt_space is not None
         pool = self._pool(history)
         index = np.asarray([i for i, c in enumerate(pool.configs) if allowed(c)], dtype=int)
-        index = self._trust_region(pool, index, complete)
-        sign = self._sign()
-        values = [o.value or 0.0 for o in complete]
-        if self.log_values and min(values) > 0:
-            # Throughputs and goodputs vary multiplicatively: a GP on log values sees a
-            # smoother surface with one noise level instead of noise that scales with the value.
-            values = [math.log(v) for v in values]
-        ys = [-sign * v for v in values]  # skopt minimizes
-        xs = [self._encode(o.config) for o in complete]
-        y_opt, worst, mean = min(ys), max(ys), float(np.mean(ys))
-        penalised = [o for o in history if o.state == "infeasible"]
-        running = [o for o in history if o.state == "running" and not o.prior]
-        xs += [self._encode(o.config) for o in penalised + running]
-        ys += [worst] * len(penalised) + [mean] * len(running)
-
-        model = self._fit(xs, ys)
+        model = self._model(history, complete)
+        # The incumbent is the best posterior mean at a tried point, not the best raw value:
+        # with noisy trials the luckiest measurement would otherwise set the bar (plug-in EI,
+        # Picheny et al. 2013) and centre the trust region.
+        tried = self._skopt_space.transform([self._encode(o.config) for o in complete])
+        fitted = np.asarray(model.predict(tried))
+        index = self._trust_region(pool, index, complete, fitted)
         if index.size == 0:
             return self._remeasure(history, complete, model)
+        y_opt = float(fitted.min())
         xt = pool.xt[index]
         from skopt.acquisition import gaussian_ei, gaussian_lcb, gaussian_pi
 
@@ -274,6 +273,42 @@ class BayesianOptimization(BaseStrategy):
             # No expected improvement anywhere (a flat model): exploit the predicted best.
             acq = -np.asarray(model.predict(xt), dtype=float)
         return pool.configs[int(index[int(np.argmax(acq))])]
+
+    def _model(self, history: Sequence[Observation], complete: Sequence[Observation]) -> Any:
+        """The GP fitted on ``history`` (skopt's sign: lower is better)."""
+        sign = self._sign()
+        values = [o.value or 0.0 for o in complete]
+        log = self.log_values and min(values) > 0
+        if log:
+            # Throughputs and goodputs vary multiplicatively: a GP on log values sees a
+            # smoother surface with one noise level instead of noise that scales with the value.
+            values = [math.log(v) for v in values]
+        ys = [-sign * v for v in values]  # skopt minimizes
+        noise = [_target_variance(o, log) for o in complete]
+        xs = [self._encode(o.config) for o in complete]
+        worst, mean = max(ys), float(np.mean(ys))
+        penalised = [o for o in history if o.state == "infeasible"]
+        running = [o for o in history if o.state == "running" and not o.prior]
+        xs += [self._encode(o.config) for o in penalised + running]
+        ys += [worst] * len(penalised) + [mean] * len(running)
+        noise += [0.0] * (len(penalised) + len(running))
+        return self._fit(xs, ys, noise)
+
+    def posterior(
+        self, history: Sequence[Observation], configs: Sequence[Mapping[str, ParamValue]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The model's mean and standard deviation at ``configs`` after ``history`` (at least
+        two complete trials), in the objective's direction and on the model's scale: the log
+        of the value when the model works on log values (for logs, tests and benchmarks)."""
+        ordered = self._normalise(history)
+        complete = [o for o in ordered if o.state == "complete"]
+        if self._skopt_space is None or len(complete) < 2:
+            raise ValueError("bayesian: the model needs two complete trials and a free parameter")
+        with threadpool_limits(limits=1, user_api="blas"):  # as in ask: small matrices
+            model = self._model(ordered, complete)
+            points = self._skopt_space.transform([self._encode(c) for c in configs])
+            mean, sd = model.predict(points, return_std=True)
+        return -self._sign() * np.asarray(mean, dtype=float), np.asarray(sd, dtype=float)
 
     def _remeasure(
         self, history: Sequence[Observation], complete: Sequence[Observation], model: Any
@@ -303,11 +338,16 @@ class BayesianOptimization(BaseStrategy):
         return configs[int(np.argmin(mu))]  # skopt's sign: lower is better
 
     def _trust_region(
-        self, pool: _Pool, index: np.ndarray, complete: Sequence[Observation]
+        self,
+        pool: _Pool,
+        index: np.ndarray,
+        complete: Sequence[Observation],
+        fitted: np.ndarray,
     ) -> np.ndarray:
         """The candidates (indices into the pool) within ``trust_radius`` (max-norm on the unit
         cube of each parameter's scale; other categorical choices are outside) of one of the
-        three best trials; all of them when none is that close.
+        three best trials (by the model's posterior mean ``fitted``, skopt's sign: lower is
+        better); all of them when none is that close.
 
         Expected improvement on a GP fitted to 5-15 points over-explores the boundary of the
         space, where its variance is largest; the boundary of a training space (batch 8 or
@@ -317,8 +357,8 @@ class BayesianOptimization(BaseStrategy):
         """
         if self.trust_radius >= 1 or index.size == 0:
             return index
-        sign = self._sign()
-        top = sorted(complete, key=lambda o: (-sign * (o.value or 0.0), o.number))[:3]
+        ranked = sorted(range(len(complete)), key=lambda i: (fitted[i], complete[i].number))
+        top = [complete[i] for i in ranked[:3]]
         centres = self._units([o.config for o in top])
         near = (
             np.abs(pool.units[index][:, None, :] - centres[None, :, :]).max(axis=2)
@@ -336,9 +376,12 @@ class BayesianOptimization(BaseStrategy):
                 columns.append(list(param.units(np.asarray([c[param.name] for c in configs]))))
         return np.asarray(columns, dtype=float).T.reshape(len(configs), len(self.space.params))
 
-    def _fit(self, xs: list[list[Any]], ys: list[float]) -> Any:
+    def _fit(self, xs: list[list[Any]], ys: list[float], noise: list[float]) -> Any:
+        """skopt's GP on ``(xs, ys)``; ``noise``: each point's own error variance in the units
+        of ``ys``, added to the kernel's diagonal on top of the learned white noise (which
+        stays the floor), so that a noisy trial pulls the posterior less than a precise one."""
         assert self._skopt_space is not None
-        key = (tuple(tuple(x) for x in xs), tuple(ys))
+        key = (tuple(tuple(x) for x in xs), tuple(ys), tuple(noise))
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
         from skopt.utils import cook_estimator
@@ -346,6 +389,9 @@ class BayesianOptimization(BaseStrategy):
         model = cook_estimator(
             "GP", space=self._skopt_space, random_state=self._seed, noise="gaussian"
         )
+        # The GP normalises the targets (normalize_y) and adds alpha in those units.
+        scale = float(np.std(ys)) or 1.0
+        model.set_params(alpha=_DIAGONAL_FLOOR + np.asarray(noise) / scale**2)
         with warnings.catch_warnings():
             # Length scales at their bounds are expected with few, clustered points.
             warnings.simplefilter("ignore")
@@ -377,6 +423,20 @@ class _Pool:
     xt: np.ndarray
     lattice: np.ndarray
     units: np.ndarray
+
+
+_DIAGONAL_FLOOR = 1e-10
+"""scikit-learn's default ``alpha``: keeps the kernel matrix positive definite."""
+
+
+def _target_variance(obs: Observation, log: bool) -> float:
+    """The error variance of a trial's GP target: ``stderr**2``, or on log values
+    ``log(1 + (stderr / value)**2)`` (the log-normal variance; ``(stderr / value)**2`` to first
+    order, the delta method, and bounded for a very noisy trial). 0 without a stderr."""
+    stderr, value = obs.stderr or 0.0, obs.value or 0.0
+    if not log:
+        return stderr**2
+    return math.log1p((stderr / value) ** 2)
 
 
 def _is_variable(param: IntParam | CategoricalParam) -> bool:

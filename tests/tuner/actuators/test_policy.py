@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
 
 from tuner.actuators.policy import (
-    ActuationPolicy,
-    PolicyError,
     Stats,
     Version,
     View,
@@ -18,6 +16,7 @@ from tuner.actuators.policy import (
     judge_change,
     verification_due,
 )
+from tuner.actuators.policy_config import ActuationPolicy, PolicyError
 
 NOW = 10_000.0
 V1 = Version(1, {"batch_size": 16, "sync_period": 1, "learning_rate": 0.1})
@@ -72,6 +71,44 @@ CASES = [
         ("release", "goal"),
         policy={"freeze_s": 60},
         version=3,
+    ),
+    Case(
+        "a study's trial is not spaced by the freeze",
+        settled(goal=replace(V3, role="study_trial"), changed_at=NOW - 10),
+        ("release", "study_trial"),
+        policy={"freeze_s": 60},
+        version=3,
+    ),
+    Case(
+        "a study's trial spaced by the freeze when asked",
+        settled(goal=replace(V3, role="study_trial"), changed_at=NOW - 10),
+        ("wait", "frozen"),
+        policy={"freeze_s": 60, "freeze_study_trials": True},
+    ),
+    Case(
+        "a study's trial is released whole, not stepped",
+        settled(goal=replace(V2, role="study_trial")),
+        ("release", "study_trial"),
+        policy={"max_change": {"batch_size": 2}},
+        version=2,
+    ),
+    Case(
+        "a study's outcome waits for neither freeze nor approval",
+        settled(goal=replace(V3, role="study_outcome"), changed_at=NOW - 10, approved_version=1),
+        ("release", "study_outcome"),
+        policy={"freeze_s": 60, "require_approval": True, "freeze_study_trials": True},
+        version=3,
+    ),
+    Case(
+        "a released trial is never verified nor confirmed",
+        {
+            "goal": replace(V2, role="study_trial"),
+            "released": replace(V2, role="study_trial"),
+            "last_good": V1,
+            "changed_at": NOW - 1,
+            "baseline": GOOD,
+        },
+        ("none", "in_sync"),
     ),
     Case(
         "awaiting approval",

@@ -12,13 +12,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.services import jobs as job_service
 from tuneloop import accounts
+from tuneloop.job_configs import study_outcome_source, study_trial_source
 from tuneloop.storage import session_factory, session_scope
 from tuneloop.storage.models import AuditEntry, Job, JobConfigRelease
 from tuneloop.storage.timeseries.types import SeriesBatch
 from tuneloop.storage.timeseries.writer import SampleWriter
 from tuneloop.storage.types import utcnow
 from tuner.actuators import job as actuator
-from tuner.actuators.policy import ActuationPolicy
+from tuner.actuators.policy_config import ActuationPolicy
 from tuner.actuators.tasks import reconcile_all
 
 METRIC = "tuneloop_samples_per_second"
@@ -154,9 +155,8 @@ def test_steps_walk_towards_the_goal_one_freeze_window_at_a_time(
     seen = []
     for tick in range(8):
         seen.append(reconcile(sessions, job_id, now + timedelta(seconds=31 * tick)))
-    assert seen[:6] == [
-        ("wait", "frozen"),  # the adopted starting config was a change too
-        ("step", "max_change"),
+    assert seen[:5] == [
+        ("step", "max_change"),  # registering the starting config was no change: no freeze
         ("confirm", "unverified"),
         ("release", "goal"),
         ("confirm", "unverified"),
@@ -202,15 +202,38 @@ def test_periodic_task_reconciles_every_active_job(
     assert reconcile_all(sessions, now=later + timedelta(seconds=120)) == {}
 
 
-def study_desire(sessions: sessionmaker[Session], job_id: int, config: dict[str, int]) -> int:
+def study_desire(
+    sessions: sessionmaker[Session], job_id: int, config: dict[str, int], *, outcome: bool = False
+) -> int:
+    """A desired version written as study 1's trial, or with ``outcome`` as its outcome."""
+    source = study_outcome_source(1) if outcome else study_trial_source(1)
     with session_scope(sessions) as session:
         job = session.get(Job, job_id)
         assert job is not None
-        row = job_service.append_config(session, job, "desired", config, source="tuner:study:1")
-        return row.version
+        return job_service.append_config(session, job, "desired", config, source=source).version
 
 
-def test_a_studys_trials_are_released_without_verification_holding_them(
+def progress(sessions: sessionmaker[Session], job_id: int) -> tuple[int | None, ...]:
+    """(goal, released, last good) versions of the job's actuator."""
+    with session_scope(sessions) as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        state = job_service.actuator_row(session, job)
+        assert state is not None
+        return state.goal_version, state.released_version, state.last_good_version
+
+
+def restart(sessions: sessionmaker[Session], job_id: int) -> tuple[int, dict[str, int]]:
+    """A restarted job's agent registering from scratch with another starting config: the
+    version and config it is told to run."""
+    with session_scope(sessions) as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        found = actuator.adopt_initial(session, job, {"batch_size": 8})
+        return found.version, dict(found.config)
+
+
+def test_a_studys_trials_are_released_unverified_and_never_become_last_good(
     engine: Engine, sessions: sessionmaker[Session], job_id: int
 ) -> None:
     start = utcnow()
@@ -225,16 +248,134 @@ def test_a_studys_trials_are_released_without_verification_holding_them(
     now += timedelta(seconds=12)
     assert reconcile(sessions, job_id, now) == ("confirm", "verified")
     # The study's trials follow one another as fast as the study measures them, even when
-    # one is slower: the study scores it and keeps the best, the actuator rolls nothing back.
-    assert reconcile(sessions, job_id, now) == ("release", "goal")
-    assert reconcile(sessions, job_id, now) == ("confirm", "unverified")
+    # one is slower: the study scores it, the actuator neither verifies nor rolls back, and
+    # the last good version stays the one before the study.
+    assert reconcile(sessions, job_id, now) == ("release", "study_trial")
+    assert reconcile(sessions, job_id, now) == ("none", "in_sync")
     throughput(engine, now, 3, 500.0)
     assert study_desire(sessions, job_id, {"batch_size": 128}) == 4
     now += timedelta(seconds=3)
-    assert reconcile(sessions, job_id, now) == ("release", "goal")
-    assert reconcile(sessions, job_id, now) == ("confirm", "unverified")
-    assert reconcile(sessions, job_id, now) == ("none", "in_sync")
+    assert reconcile(sessions, job_id, now) == ("release", "study_trial")
+    assert reconcile(sessions, job_id, now + timedelta(seconds=60)) == ("none", "in_sync")
+    assert progress(sessions, job_id) == (4, 4, 2)
     with session_scope(sessions) as session:
         job = session.get(Job, job_id)
         assert job is not None
-        assert job_service.config_marks(session, job) == []  # nothing marked bad
+        assert job_service.config_marks(session, job, None) == [
+            m for m in job_service.config_marks(session, job, "good") if m.version == 2
+        ]
+        assert not actuator.needs_reconcile(session, job)  # a trial waits for its study
+    # A job restarted in the middle of the study resumes the trial being measured.
+    assert restart(sessions, job_id) == (4, {"batch_size": 128})
+
+    # The study ends and restores the pre-study config: released at once, good as released.
+    assert study_desire(sessions, job_id, {"batch_size": 32}, outcome=True) == 5
+    assert reconcile(sessions, job_id, now) == ("release", "study_outcome")
+    assert reconcile(sessions, job_id, now) == ("none", "in_sync")
+    assert progress(sessions, job_id) == (5, 5, 5)
+    assert restart(sessions, job_id) == (5, {"batch_size": 32})
+    with session_scope(sessions) as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        assert [m.version for m in job_service.config_marks(session, job, "good")] == [2, 5]
+
+
+def test_an_outcome_is_what_a_later_rollback_returns_to(
+    engine: Engine, sessions: sessionmaker[Session], job_id: int
+) -> None:
+    now = utcnow()
+    for config in ({"batch_size": 64}, {"batch_size": 256}):
+        study_desire(sessions, job_id, config)
+        assert reconcile(sessions, job_id, now) == ("release", "study_trial")
+    # The best trial beat the pre-study config: the study applies it as its outcome.
+    assert study_desire(sessions, job_id, {"batch_size": 64}, outcome=True) == 4
+    assert reconcile(sessions, job_id, now) == ("release", "study_outcome")
+    assert progress(sessions, job_id) == (4, 4, 4)
+    # A person's later change that makes the job slower goes back to the outcome, not to the
+    # last trial that ran and not to the config before the study.
+    throughput(engine, now + timedelta(seconds=1), 10, 1000.0)
+    now += timedelta(seconds=11)
+    assert desire(sessions, job_id, {"batch_size": 512}) == 5
+    assert reconcile(sessions, job_id, now) == ("release", "goal")
+    throughput(engine, now + timedelta(seconds=1), 10, 500.0)
+    assert reconcile(sessions, job_id, now + timedelta(seconds=12)) == (
+        "rollback",
+        "objective_worse",
+    )
+    assert restart(sessions, job_id) == (6, {"batch_size": 64})
+
+
+def test_a_trial_once_recorded_as_last_good_gives_way_to_the_version_before_it(
+    engine: Engine, sessions: sessionmaker[Session], job_id: int
+) -> None:
+    now = utcnow()
+    study_desire(sessions, job_id, {"batch_size": 256})
+    assert reconcile(sessions, job_id, now) == ("release", "study_trial")
+    with session_scope(sessions) as session:  # as the actuator recorded trials before
+        job = session.get(Job, job_id)
+        assert job is not None
+        state = job_service.actuator_row(session, job)
+        assert state is not None
+        state.last_good_version = 2
+    throughput(engine, now + timedelta(seconds=1), 10, 1000.0)
+    now += timedelta(seconds=11)
+    assert desire(sessions, job_id, {"batch_size": 512}) == 3
+    assert reconcile(sessions, job_id, now) == ("release", "goal")
+    throughput(engine, now + timedelta(seconds=1), 10, 500.0)
+    assert reconcile(sessions, job_id, now + timedelta(seconds=12))[0] == "rollback"
+    assert restart(sessions, job_id) == (4, {"batch_size": 16})
+
+
+def test_the_freeze_spaces_changes_but_not_a_studys_trials_unless_asked(
+    sessions: sessionmaker[Session], job_id: int
+) -> None:
+    policy = {"freeze_s": 60, "verify": {"enabled": False}}
+    with session_scope(sessions) as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        actuator.set_policy(session, job, ActuationPolicy.from_dict(policy))
+    now = utcnow()
+    desire(sessions, job_id, {"batch_size": 32})
+    assert reconcile(sessions, job_id, now) == ("release", "goal")  # registering froze nothing
+    assert reconcile(sessions, job_id, now) == ("confirm", "unverified")
+    desire(sessions, job_id, {"batch_size": 48})
+    assert reconcile(sessions, job_id, now + timedelta(seconds=30)) == ("wait", "frozen")
+    study_desire(sessions, job_id, {"batch_size": 64})
+    assert reconcile(sessions, job_id, now + timedelta(seconds=31)) == ("release", "study_trial")
+    study_desire(sessions, job_id, {"batch_size": 128})
+    assert reconcile(sessions, job_id, now + timedelta(seconds=32)) == ("release", "study_trial")
+    with session_scope(sessions) as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        asked = {**policy, "freeze_study_trials": True}
+        actuator.set_policy(session, job, ActuationPolicy.from_dict(asked))
+    study_desire(sessions, job_id, {"batch_size": 256})
+    assert reconcile(sessions, job_id, now + timedelta(seconds=33)) == ("wait", "frozen")
+    # The outcome is never held: the job must not stay on a trial's config.
+    study_desire(sessions, job_id, {"batch_size": 32}, outcome=True)
+    assert reconcile(sessions, job_id, now + timedelta(seconds=34)) == ("release", "study_outcome")
+
+
+def test_a_trial_written_while_a_change_is_verified_outlives_its_rollback(
+    engine: Engine, sessions: sessionmaker[Session], job_id: int
+) -> None:
+    start = utcnow()
+    throughput(engine, start + timedelta(seconds=1), 10, 1000.0)
+    now = start + timedelta(seconds=11)
+    assert desire(sessions, job_id, {"batch_size": 512}) == 2
+    assert reconcile(sessions, job_id, now) == ("release", "goal")
+    assert study_desire(sessions, job_id, {"batch_size": 64}) == 3
+    throughput(engine, now + timedelta(seconds=1), 10, 500.0)
+    now += timedelta(seconds=12)
+    assert reconcile(sessions, job_id, now) == ("rollback", "objective_worse")
+    # The trial is released next (under a new number, as released versions only grow), and
+    # stays a trial: the study's agent acknowledges it, the last good version is unchanged.
+    assert reconcile(sessions, job_id, now) == ("release", "study_trial")
+    assert reconcile(sessions, job_id, now) == ("none", "in_sync")
+    assert progress(sessions, job_id) == (5, 5, 4)
+    with session_scope(sessions) as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        released = job_service.released_config(session, job)
+        assert released is not None
+        assert (released.config, released.source) == ({"batch_size": 64}, study_trial_source(1))
