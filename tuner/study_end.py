@@ -22,19 +22,23 @@ no new version. Every end goes to the audit log (``study.<state>``) with its rea
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tuneloop.accounts import InvalidInput, record_audit
 from tuneloop.job_configs import latest_config, study_outcome_source, study_trial_source
 from tuneloop.storage.models import Job, JobConfig, Study, Trial
 from tuneloop.storage.types import utcnow
+from tuner import study_records
 from tuner.actuators.protocol import append_config  # checks bounds, wakes the job's agents
+from tuner.objectives import check_direction
+from tuner.space import ParamValue
+from tuner.strategies.base import BestEstimate, Observation, best_estimate, config_key
 from tuner.study_baseline import baseline_trials, pre_study_config
-from tuner.study_records import best, trial_stderr
 
 END_STATES: Final = ("complete", "failed", "cancelled")
 """A study in one of these runs no more trials and cannot be resumed."""
@@ -53,26 +57,30 @@ class Outcome:
     """The best trial of a completed study."""
 
 
-def beats_baseline(direction: str, top: Trial, base: Trial) -> tuple[bool, str]:
+def beats_baseline(direction: str, top: BestEstimate, base: BestEstimate) -> tuple[bool, str]:
     """Whether ``top`` beats ``base`` by more than the noise, and the figures saying so.
 
     The rule: the difference of the two values, in the study's direction, must exceed
-    :data:`NOISE_MULTIPLE` x ``hypot(se_top, se_base)`` (a missing stderr counts as 0). The
-    hypot is the standard error of the difference of two independent means; two of them make
-    a one-sided test with about 2% false positives under normal errors. The margin matters
-    because the best of several noisy trials is chosen for being high: without it a config
-    that was only measured luckily would replace one the job ran well on.
+    :data:`NOISE_MULTIPLE` x ``hypot(se_top, se_base)``. The hypot is the standard error of
+    the difference of two independent means; two of them make a one-sided test with about 2%
+    false positives under normal errors. The margin matters because the best of several noisy
+    trials is chosen for being high: without it a config that was only measured luckily would
+    replace one the job ran well on.
     """
-    assert top.value is not None and base.value is not None
     sign = 1.0 if direction == "maximize" else -1.0
     gain = sign * (top.value - base.value)
-    noise = math.hypot(trial_stderr(top) or 0.0, trial_stderr(base) or 0.0)
+    noise = math.hypot(top.stderr, base.stderr)
     figures = (
-        f"trial {top.number} ({top.value:.6g}) vs the pre-study config's trial {base.number} "
-        f"({base.value:.6g}): difference {gain:.3g}, {NOISE_MULTIPLE:g} x noise "
-        f"{NOISE_MULTIPLE * noise:.3g}"
+        f"{_described(top)} vs the pre-study config's {_described(base)}: difference "
+        f"{gain:.3g}, {NOISE_MULTIPLE:g} x noise {NOISE_MULTIPLE * noise:.3g}"
     )
     return gain > NOISE_MULTIPLE * noise, figures
+
+
+def _described(estimate: BestEstimate) -> str:
+    numbers = ", ".join(str(n) for n in estimate.trials)
+    label = "trial" if len(estimate.trials) == 1 else "trials"
+    return f"{label} {numbers} ({estimate.value:.6g} ± {estimate.stderr:.3g})"
 
 
 def restore_pre_study(session: Session, study: Study, job: Job) -> tuple[JobConfig | None, str]:
@@ -103,36 +111,47 @@ def _apply(session: Session, study: Study, job: Job, top: Trial) -> JobConfig:
 
 
 def complete(session: Session, study: Study, job: Job, why: str, *, actor: str) -> Outcome:
-    """End a study whose trials are done: apply its best config if it beat the pre-study one
-    by more than the noise, else restore the pre-study config; ``failed`` when no trial
-    completed."""
-    top = best(session, study)
+    """End a study whose trials are done: apply the config it keeps (``best_estimate``: each
+    configuration's trials pooled, ranked one standard error pessimistically) if it beat the
+    pre-study config by more than the noise, else restore the pre-study config; ``failed``
+    when no trial completed."""
+    direction = check_direction(study.direction)
+    history = study_records.history(session, study)
+    top = best_estimate(history, direction)
     if top is None:
         return fail(session, study, job, f"{why}; no trial completed", actor=actor)
+    chosen = session.scalars(
+        select(Trial).where(Trial.study_id == study.id, Trial.number == top.trials[-1])
+    ).one()
     bases = baseline_trials(session, study)
     measured = [t for t in bases if t.state == "complete"]
-    details: dict[str, Any] = {"why": why, "best": _trial_summary(top)}
+    details: dict[str, Any] = {"why": why, "best": _summary(top, chosen)}
     if measured:
-        base = measured[-1]
-        details["baseline"] = _trial_summary(base)
+        key = config_key(_config_of(history, measured[-1].number))
+        base = best_estimate([o for o in history if config_key(o.config) == key], direction)
+        assert base is not None  # the baseline trial itself is complete
+        details["baseline"] = _summary(base, measured[-1])
         better, figures = beats_baseline(study.direction, top, base)
-        if top.number == base.number or not better:
+        if config_key(top.config) == key or not better:
             row, restored = restore_pre_study(session, study, job)
             verdict = (
-                f"the pre-study config was the best measured (trial {base.number}, "
-                f"{base.value:.6g})"
-                if top.number == base.number
+                f"the pre-study config was the best measured ({_described(base)})"
+                if config_key(top.config) == key
                 else f"no trial beat the pre-study config by more than the noise ({figures})"
             )
             reason = f"{why}; {verdict}; {restored}"
             return _end(session, study, job, "complete", reason, row, actor, details)
-        reason = f"{why}; {figures}: applied trial {top.number}"
+        reason = f"{why}; {figures}: applied trial {chosen.number}"
     elif bases and all(t.state == "infeasible" for t in bases):
-        reason = f"{why}; the pre-study config was infeasible: applied trial {top.number}"
+        reason = f"{why}; the pre-study config was infeasible: applied trial {chosen.number}"
     else:
-        reason = f"{why}; no measurement of the pre-study config: applied trial {top.number}"
-    row = _apply(session, study, job, top)
+        reason = f"{why}; no measurement of the pre-study config: applied trial {chosen.number}"
+    row = _apply(session, study, job, chosen)
     return _end(session, study, job, "complete", reason, row, actor, details)
+
+
+def _config_of(history: Sequence[Observation], number: int) -> Mapping[str, ParamValue]:
+    return next(o.config for o in history if o.number == number)
 
 
 def fail(session: Session, study: Study, job: Job, why: str, *, actor: str) -> Outcome:
@@ -183,11 +202,13 @@ def _end(
     return Outcome(state, reason, row.version if row is not None else None, best_number)
 
 
-def _trial_summary(trial: Trial) -> dict[str, Any]:
+def _summary(estimate: BestEstimate, trial: Trial) -> dict[str, Any]:
+    """An estimate for the audit log: pooled value and error, its trials, the config."""
     return {
         "number": trial.number,
-        "value": trial.value,
-        "stderr": trial_stderr(trial),
+        "trials": list(estimate.trials),
+        "value": estimate.value,
+        "stderr": estimate.stderr,
         "config": dict(trial.params),
         "baseline": trial.baseline,
     }

@@ -124,12 +124,6 @@ def best(session: Session, study: Study) -> Trial | None:
     return session.scalars(query.order_by(order, Trial.number).limit(1)).first()
 
 
-def trial_stderr(trial: Trial) -> float | None:
-    """The standard error told with a trial's value (``None`` when none was)."""
-    value = (trial.measurements or {}).get("stderr")
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 __all__: Sequence[str] = [
     "SEED_KEY",
     "StudyError",
@@ -145,5 +139,4 @@ __all__: Sequence[str] = [
     "study_space",
     "study_strategy",
     "study_trials",
-    "trial_stderr",
 ]

@@ -18,10 +18,11 @@ from tuneloop.storage.models import Job, Study, Trial
 from tuneloop.storage.types import utcnow
 from tuner import service
 from tuner.actuators.job import set_policy
-from tuner.actuators.policy import ActuationPolicy
+from tuner.actuators.policy_config import ActuationPolicy
 from tuner.loop import StepResult
 from tuner.space import SearchSpace
-from tuner.study_end import END_STATES, beats_baseline
+from tuner.strategies.base import BestEstimate
+from tuner.study_end import END_STATES, beats_baseline, complete
 from tuner.study_options import StudyOptions
 
 
@@ -185,18 +186,42 @@ def test_a_best_that_does_not_beat_the_pre_study_config_is_not_applied(engine: E
     assert study_row(loop).state == "complete"
 
 
-def trial(number: int, value: float, stderr: float | None) -> Trial:
-    return Trial(number=number, value=value, measurements={"stderr": stderr})
+def measured(number: int, value: float, stderr: float) -> BestEstimate:
+    return BestEstimate({}, value, stderr, (number,))
 
 
 def test_the_best_must_beat_the_baseline_by_twice_the_noise_of_the_difference() -> None:
-    base = trial(1, 100.0, 3.0)
-    assert beats_baseline("maximize", trial(2, 111.0, 4.0), base)[0]  # 11 > 2 x 5
-    assert not beats_baseline("maximize", trial(2, 109.0, 4.0), base)[0]
-    assert beats_baseline("maximize", trial(2, 100.5, None), trial(1, 100.0, None))[0]
-    assert beats_baseline("minimize", trial(2, 89.0, 4.0), base)[0]
-    assert not beats_baseline("minimize", trial(2, 111.0, 0.0), base)[0]
-    assert "2 x noise 10" in beats_baseline("maximize", trial(2, 109.0, 4.0), base)[1]
+    base = measured(1, 100.0, 3.0)
+    assert beats_baseline("maximize", measured(2, 111.0, 4.0), base)[0]  # 11 > 2 x 5
+    assert not beats_baseline("maximize", measured(2, 109.0, 4.0), base)[0]
+    assert beats_baseline("maximize", measured(2, 100.5, 0.0), measured(1, 100.0, 0.0))[0]
+    assert beats_baseline("minimize", measured(2, 89.0, 4.0), base)[0]
+    assert not beats_baseline("minimize", measured(2, 111.0, 0.0), base)[0]
+    figures = beats_baseline("maximize", measured(2, 109.0, 4.0), base)[1]
+    assert figures == (
+        "trial 2 (109 ± 4) vs the pre-study config's trial 1 (100 ± 3): difference 9, 2 x noise 10"
+    )
+
+
+def test_repeats_of_a_config_are_pooled_before_the_comparison(engine: Engine) -> None:
+    """The config kept is best_estimate's: one lucky noisy trial does not beat a config
+    measured precisely twice, and the baseline's repeats are pooled too."""
+    with session_scope(session_factory(engine)) as session:
+        job = jobsim.make_job(session)
+        study = service.create_study(
+            session, job, name="s", objective="throughput", space=SPACE, strategy="grid"
+        )
+        baseline = Trial(
+            study_id=study.id, number=1, params=dict(jobsim.START_CONFIG), baseline=True
+        )
+        session.add(baseline)
+        session.flush()
+        service.tell(session, study, 1, state="complete", value=100.0, stderr=1.0)
+        lucky = service.ask(session, study)
+        service.tell(session, study, lucky.number, state="complete", value=130.0, stderr=40.0)
+        outcome = complete(session, study, job, "2 trials done", actor="tuner")
+        assert outcome.state == "complete" and outcome.version is None
+        assert "the pre-study config was the best measured (trial 1 (100 ± 1))" in outcome.reason
 
 
 @pytest.mark.parametrize(
