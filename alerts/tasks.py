@@ -1,9 +1,10 @@
 """The periodic tasks of alerting: evaluation and notification retries.
 
 Both take the process's runtime, which the task registry opens, and re-read the store, as every
-periodic task does. One :class:`Evaluator` and one :class:`Dispatcher` per runtime, built on
-first use; after an evaluation that queued notifications the dispatcher starts sending at once,
-so a new alert does not wait for the next notification tick.
+periodic task does. One :class:`Evaluator` and one :class:`Dispatcher` per process, built from
+the runtime on first use and again when the runtime changes; after an evaluation that queued
+notifications the dispatcher starts sending at once, so a new alert does not wait for the next
+notification tick.
 """
 
 from __future__ import annotations
