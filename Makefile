@@ -24,17 +24,19 @@ $(VENV)/.installed-test: $(VENV)/.installed-server
 up: $(VENV)/.installed-server
 	$(BIN)/tuneloop up
 
-## Install and run the whole test suite: lint, types, and tests on real PostgreSQL and SQLite.
+## Install and run the whole test suite: lint, types, the layers of imports (docs/architecture.md),
+## and tests on real PostgreSQL and SQLite.
 test: $(VENV)/.installed-test
 	.ci/ensure-services
 	.ci/ensure-tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo
 	$(BIN)/pytest
 
 bench: $(VENV)/.installed-server
 	$(BIN)/python bench/storage_write.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

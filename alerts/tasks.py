@@ -1,9 +1,10 @@
 """The periodic tasks of alerting: evaluation and notification retries.
 
-Both take no arguments and re-read the store, as every periodic task does. One
-:class:`Evaluator` and one :class:`Dispatcher` per process, built from the task runtime; after
-an evaluation that queued notifications the dispatcher starts sending at once, so a new alert
-does not wait for the next notification tick.
+Both take the process's runtime, which the task registry opens, and re-read the store, as every
+periodic task does. One :class:`Evaluator` and one :class:`Dispatcher` per process, built from
+the runtime on first use and again when the runtime changes; after an evaluation that queued
+notifications the dispatcher starts sending at once, so a new alert does not wait for the next
+notification tick.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from tuneloop.runtime import Runtime
 from tuneloop.storage.types import utcnow
-from tuneloop.taskqueue.maintenance import task_runtime
 
 if TYPE_CHECKING:
     # Imported when a task first runs: registering the tasks (every process start) stays cheap.
@@ -28,13 +28,13 @@ _lock = threading.Lock()
 _built: tuple[Runtime, Evaluator, Dispatcher] | None = None
 
 
-def components() -> tuple[Evaluator, Dispatcher]:
-    """This process's evaluator and dispatcher, rebuilt when the task runtime changes."""
+def components(runtime: Runtime) -> tuple[Evaluator, Dispatcher]:
+    """The evaluator and dispatcher of ``runtime``, rebuilt when the runtime changes (new
+    settings, or a forked worker process that opened its own)."""
     from alerts.dispatch import Dispatcher
     from alerts.evaluator import Evaluator
 
     global _built
-    runtime = task_runtime()
     with _lock:
         if _built is None or _built[0] is not runtime:
             if _built is not None:
@@ -59,8 +59,8 @@ def close_components() -> None:
         _built = None
 
 
-def run_evaluation() -> None:
-    evaluator, _ = components()
+def run_evaluation(runtime: Runtime) -> None:
+    evaluator, _ = components(runtime)
     result = evaluator.evaluate()
     if result.failed_rules:
         log.warning("alert rules that failed this pass: %s", ", ".join(result.failed_rules))
@@ -71,11 +71,11 @@ HISTORY = timedelta(days=30)
 """How long resolved alerts and settled notifications are kept."""
 
 
-def run_notifications() -> None:
+def run_notifications(runtime: Runtime) -> None:
     """Send what is due (retries, and anything a pass queued while the pool was full), and
     forget history older than :data:`HISTORY`."""
     from alerts.evaluator import prune_history
 
-    _, dispatcher = components()
+    _, dispatcher = components(runtime)
     dispatcher.dispatch()
-    prune_history(task_runtime().sessions, utcnow(), HISTORY)
+    prune_history(runtime.sessions, utcnow(), HISTORY)

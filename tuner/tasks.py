@@ -5,31 +5,30 @@ Registered in ``tuneloop/taskqueue/registry.py``: ``tuneloop.tuner.dispatch`` (p
 each: on Celery as one task per study (so studies move in parallel and a failing one retries
 alone), in-process one after another. A step is one :func:`tuner.loop.reconcile_study` pass in
 its own transaction, serialised per study by a row lock, so a late, repeated or concurrent step
-is harmless.
+is harmless. The registry passes the session factory of the process's runtime.
 """
 
 from __future__ import annotations
 
 import logging
 
+from sqlalchemy.orm import Session, sessionmaker
+
 from tuneloop.storage import session_scope
 from tuneloop.storage.types import utcnow
-from tuneloop.taskqueue.maintenance import task_runtime
 from tuner.loop import StepResult, reconcile_study, running_study_ids
 
 log = logging.getLogger(__name__)
 
 
-def study_ids() -> list[int]:
-    runtime = task_runtime()
-    with session_scope(runtime.sessions) as session:
+def study_ids(sessions: sessionmaker[Session]) -> list[int]:
+    with session_scope(sessions) as session:
         return running_study_ids(session)
 
 
-def step_study(study_id: int) -> None:
+def step_study(sessions: sessionmaker[Session], study_id: int) -> None:
     """One pass of the loop over study ``study_id``."""
-    runtime = task_runtime()
-    with session_scope(runtime.sessions) as session:
+    with session_scope(sessions) as session:
         result: StepResult = reconcile_study(session, int(study_id), now=utcnow())
     if result.action != "skip":
         log.info("study %s: %s %s %s", study_id, result.action, result.trial or "", result.detail)

@@ -316,10 +316,10 @@ def test_the_periodic_tasks_evaluate_and_send_at_once(tmp_path: Path, receiver: 
             project_id = project.id
         batch = SeriesBatch(TEMP, {"gpu": "0", "hostname": "n1"}, [utcnow()], [97.0])
         SampleWriter(runtime.engine).write(project_id, [batch])
-        run_evaluation()  # queues, then starts sending without waiting for run_notifications
+        run_evaluation(runtime)  # queues, then starts sending without waiting for run_notifications
         (received,) = receiver.wait_for(1)
         assert received.body["alerts"][0]["labels"]["alertname"] == "GpuHotNow"
-        run_notifications()
+        run_notifications(runtime)
         assert len(receiver.received) == 1
     finally:
         close_components()

@@ -6,8 +6,10 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from alerts import tasks as alert_tasks
 from tuneloop.settings import Settings
 from tuneloop.taskqueue import maintenance
+from tuneloop.taskqueue.maintenance import task_runtime
 
 log = logging.getLogger(__name__)
 
@@ -55,26 +57,44 @@ class PeriodicTask:
 TUNER_DISPATCH = "tuneloop.tuner.dispatch"
 TUNER_STEP = "tuneloop.tuner.step"
 
+# The components' tasks are plain functions that take what they need from the runtime this
+# process opened (task_runtime): the functions below hand it to them, so no component reaches up
+# into the task queue. The tuner's tasks are imported on first use, not at registration, which
+# every process does (the API's included): the tuner's numerical stack and the Kubernetes client
+# would only slow its start-up.
+
 
 def _running_studies() -> Sequence[int]:
-    # Imported on first use, not at registration: the tuner (scikit-optimize, scikit-learn)
-    # would add about a second to the start-up of every process, the API's included.
     from tuner.tasks import study_ids
 
-    return study_ids()
+    return study_ids(task_runtime().sessions)
 
 
 def _step_study(study_id: int) -> None:
     from tuner.tasks import step_study
 
-    step_study(study_id)
+    step_study(task_runtime().sessions, study_id)
+
+
+def _reconcile_jobs() -> None:
+    from tuner.actuators.tasks import run_reconcile
+
+    run_reconcile(task_runtime().sessions)
 
 
 def _autoscale() -> None:
-    # Imported on first use: the Kubernetes client adds about half a second to every start-up.
     from tuner.actuators.autoscaler.tasks import run_autoscale
 
-    run_autoscale()
+    runtime = task_runtime()
+    run_autoscale(runtime.sessions, runtime.settings)
+
+
+def _evaluate_alerts() -> None:
+    alert_tasks.run_evaluation(task_runtime())
+
+
+def _send_notifications() -> None:
+    alert_tasks.run_notifications(task_runtime())
 
 
 TUNER_FAN_OUT = FanOut(TUNER_STEP, _running_studies, _step_study)
@@ -82,25 +102,15 @@ TUNER_FAN_OUT = FanOut(TUNER_STEP, _running_studies, _step_study)
 
 
 def periodic_tasks(settings: Settings) -> tuple[PeriodicTask, ...]:
-    # Imported here: the alerts component imports the task runtime from this package.
-    from alerts import tasks as alert_tasks
-
-    # Imported here: the actuator's task pulls in the API's services, which import this module.
-    from tuner.actuators.tasks import run_reconcile
-
     every = settings.maintenance_interval_s
     return (
         PeriodicTask("tuneloop.maintenance.rollups", maintenance.run_rollups, every),
         PeriodicTask("tuneloop.maintenance.retention", maintenance.run_retention, every),
         PeriodicTask.fanning_out(TUNER_DISPATCH, TUNER_FAN_OUT, settings.tuner_interval_s),
+        PeriodicTask("tuneloop.alerts.evaluate", _evaluate_alerts, settings.alerts_eval_interval_s),
         PeriodicTask(
-            "tuneloop.alerts.evaluate", alert_tasks.run_evaluation, settings.alerts_eval_interval_s
+            "tuneloop.alerts.notify", _send_notifications, settings.alerts_notify_interval_s
         ),
-        PeriodicTask(
-            "tuneloop.alerts.notify",
-            alert_tasks.run_notifications,
-            settings.alerts_notify_interval_s,
-        ),
-        PeriodicTask("tuneloop.actuators.reconcile", run_reconcile, settings.actuator_interval_s),
+        PeriodicTask("tuneloop.actuators.reconcile", _reconcile_jobs, settings.actuator_interval_s),
         PeriodicTask("tuneloop.actuators.autoscale", _autoscale, settings.autoscale_interval_s),
     )

@@ -4,4 +4,11 @@
   freeze window, dry-run, manual approval, verification and rollback).
 * :mod:`tuner.actuators.job`: the reconcile loop that applies it to the store, idempotently.
 * :mod:`tuner.actuators.tasks`: the periodic task that reconciles every job with a policy.
+
+The API and the tuning loop use the modules in ``__all__``: ``protocol`` (a job's config
+versions: append, acknowledge, release), ``policy_config`` (a stored policy, checked), ``job``
+and ``holds`` (a reconcile pass and its holds) and ``tasks``; ``autoscaler`` has its own.
 """
+
+# Modules, not names: importing the package loads none of them.
+__all__ = ["autoscaler", "holds", "job", "policy_config", "protocol", "tasks"]

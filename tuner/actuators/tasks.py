@@ -61,10 +61,8 @@ def reconcile_all(
     return counts
 
 
-def run_reconcile() -> None:
-    """The periodic task: takes nothing, re-reads the store."""
-    from tuneloop.taskqueue.maintenance import task_runtime
-
-    counts = reconcile_all(task_runtime().sessions)
+def run_reconcile(sessions: sessionmaker[Session]) -> None:
+    """The periodic task: re-reads the store through ``sessions``, the process's runtime's."""
+    counts = reconcile_all(sessions)
     if counts:
         log.info("job actuator pass: %s", counts)

@@ -49,11 +49,8 @@ def reconcile_all(
     return counts
 
 
-def run_autoscale() -> None:
-    """The periodic task: takes nothing, re-reads the store."""
-    from tuneloop.taskqueue.maintenance import task_runtime
-
-    runtime = task_runtime()
-    counts = reconcile_all(runtime.sessions, settings=runtime.settings)
+def run_autoscale(sessions: sessionmaker[Session], settings: Settings) -> None:
+    """The periodic task: re-reads the store through ``sessions``, the process's runtime's."""
+    counts = reconcile_all(sessions, settings=settings)
     if counts:
         log.info("autoscaler pass: %s", counts)
