@@ -87,11 +87,25 @@ class StudyOut(BaseModel):
     objective: str
     direction: str
     strategy: str
-    state: str
+    state: Literal["running", "stopped", "complete", "failed", "cancelled"] = Field(
+        description="running or stopped (resumable), or how it ended: complete, failed, cancelled"
+    )
     seed: int | None
     space: dict[str, Any]
     options: dict[str, Any]
     created_at: datetime
+    baseline_version: int | None = Field(
+        description="The job's desired version before the first trial (the pre-study config, "
+        "measured by the study's baseline trial)"
+    )
+    end_reason: str = Field(
+        description="Why the study ended or was stopped, and which config it left the job on"
+    )
+    ended_at: datetime | None
+    outcome_version: int | None = Field(
+        description="The desired version the study left the job on (None: it wrote none, the "
+        "job stays on its pre-study config or on one someone else wrote)"
+    )
 
     @classmethod
     def of(cls, study: Study) -> StudyOut:
@@ -108,12 +122,17 @@ class StudyOut(BaseModel):
             space=space,
             options=dict(study.options or {}),
             created_at=study.created_at,
+            baseline_version=study.baseline_version,
+            end_reason=study.end_reason or "",
+            ended_at=study.ended_at,
+            outcome_version=study.outcome_version,
         )
 
 
 class TrialOut(BaseModel):
     number: int
     state: str
+    baseline: bool = Field(description="Measures the job's pre-study config")
     params: dict[str, Any] = Field(description="The configuration, with its learning_rate")
     value: float | None
     stderr: float | None
@@ -131,6 +150,7 @@ class TrialOut(BaseModel):
         return cls(
             number=trial.number,
             state=trial.state,
+            baseline=trial.baseline,
             params=dict(trial.params),
             value=trial.value,
             stderr=extra.get("stderr"),
@@ -148,7 +168,8 @@ class StudyUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     state: Literal["running", "stopped"] = Field(
-        description="stopped: no new trials (the running one fails); running: resume"
+        description="stopped: no new trials (the running one fails) and the job goes back on "
+        "its pre-study config; running: resume"
     )
 
 

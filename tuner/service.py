@@ -11,14 +11,20 @@ Storage layout (see docs/tuner.md, "Study persistence"):
   ``None``); ``SearchSpace.from_dict`` ignores the extra key.
 - ``Study.options``: :class:`~tuner.study_options.StudyOptions` (strategy options, measurement
   policy, ranks, SLO, who drives the trials, warm-start studies).
+- ``Study.baseline_version``: the job's desired version before the first trial (the pre-study
+  config, ``tuner.study_baseline``); ``end_reason``, ``ended_at``, ``outcome_version``: how the
+  study ended and the desired version it left the job on (``tuner.study_end``).
 - ``Trial.params``: the proposed configuration, plus ``learning_rate`` when :func:`ask` was
   given ``ranks`` and the space has a learning-rate rule (a batch change never travels without
-  its lr). :func:`history` drops keys that are not parameters of the space.
+  its lr). :func:`history` drops keys that are not parameters of the space. ``Trial.baseline``
+  marks the trials of the pre-study config; strategies see them as ordinary observations.
 - ``Trial.measurements``: ``{"context": {..}, "stderr": float | None, "reason": str,
   "data": {..}}``: the ask's context, the told value's standard error, why a trial is
   infeasible/failed, and the caller's raw measurements (stats, verdicts).
 
-The functions flush but never commit: the caller owns the transaction (``session_scope``).
+Reading the rows is ``tuner.study_records``, warm starts ``tuner.study_priors`` and the memory
+bound ``tuner.study_memory``; their public names are re-exported here. The functions flush but
+never commit: the caller owns the transaction (``session_scope``).
 """
 
 from __future__ import annotations
@@ -29,53 +35,52 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tuneloop.accounts import record_audit
 from tuneloop.storage.models import Job, Study, Trial
 from tuneloop.storage.types import utcnow
-from tuner import readings
-from tuner.memory import (
-    MAX_PREDICTED_OOMS,
-    MemoryBound,
-    MemoryPoint,
-    combinations,
-    memory_bound,
-    predicted_oom_observations,
-)
+from tuner import readings, study_end
+from tuner.memory import predicted_oom_observations
 from tuner.objectives import check_direction, get_objective
 from tuner.space import BATCH_SIZE, ParamValue, SearchSpace
-from tuner.strategies.base import (
-    REASON_OOM,
-    TRIAL_STATES,
-    BaseStrategy,
-    Observation,
-    SpaceExhausted,
-    TrialState,
-    warm_start,
-)
+from tuner.strategies.base import Observation, SpaceExhausted
 from tuner.strategies.registry import make_strategy
+from tuner.study_baseline import require_pre_study_config
+from tuner.study_memory import (
+    GPU_MEMORY_KEY,
+    memory_details,
+    memory_points,
+    study_memory_bound,
+)
 from tuner.study_options import StudyOptions
-
-SIGNATURE_LABELS: Sequence[str] = ("model", "accelerator")
-"""Job labels that make up the model signature and hardware: studies of jobs that agree on all
-of them (and on the objective and, when both know it, the ranks) warm-start each other."""
-MAX_WARM_START_STUDIES = 10
-
-SEED_KEY = "strategy_seed"
-"""Key of ``Study.space`` that holds the strategy's seed."""
+from tuner.study_priors import (
+    SIGNATURE_LABELS,
+    job_signature,
+    prior_observations,
+    warm_start_studies,
+)
+from tuner.study_records import (
+    SEED_KEY,
+    StudyError,
+    best,
+    check_state,
+    get_study,
+    history,
+    list_studies,
+    list_trials,
+    lock_study,
+    observation,
+    study_options,
+    study_space,
+    study_strategy,
+    study_trials,
+)
 
 ACTOR = "tuner"
 _ASK_RETRIES = 5
-GPU_MEMORY_KEY = "gpu_memory"
-"""Key of ``Trial.measurements["data"]`` holding the trial's framebuffer reading
-(``readings.GpuMemory.to_dict()``), which the memory bound is fitted on."""
-
-
-class StudyError(ValueError):
-    """Bad input to a study operation (the entry point answers 4xx, the task does not retry)."""
 
 
 class DuplicateStudyError(StudyError):
@@ -88,6 +93,10 @@ class UnknownTrialError(StudyError):
 
 class TrialConflictError(StudyError):
     """A different result was told for a trial that is already finished."""
+
+
+class StudyEndedError(StudyError):
+    """The study has ended (complete, failed or cancelled): it cannot be changed any more."""
 
 
 def create_study(
@@ -105,6 +114,9 @@ def create_study(
     actor: str = ACTOR,
 ) -> Study:
     """A new running study of ``job``. ``direction`` defaults to the objective's own.
+
+    A tuner-driven study records the job's latest desired version as its pre-study config;
+    refused when there is none or the space excludes it (``tuner.study_baseline``).
 
     ``options`` default to :class:`StudyOptions` defaults (the loop drives the trials).
     With ``warm_start`` and an empty ``options.warm_start_from``, the latter is filled in here:
@@ -124,6 +136,13 @@ def create_study(
     # Building it checks the name (UnknownStrategyError lists the known ones), the options
     # and the seed.
     make_strategy(strategy, space, direction=chosen, seed=seed, options=options.strategy_options)
+    # The loop measures the job's current config first and puts the job back on it when the
+    # study ends without a better one; a job the agent drives chooses its configs itself.
+    baseline_version = (
+        require_pre_study_config(session, job, space).version
+        if options.driven_by == "tuner"
+        else None
+    )
     if warm_start and not options.warm_start_from:
         options = replace(
             options,
@@ -141,6 +160,7 @@ def create_study(
         space={**space.to_dict(), SEED_KEY: seed},
         state="running",
         options=options.to_dict(),
+        baseline_version=baseline_version,
     )
     try:
         # A savepoint so that losing a race to the unique (job_id, name) keeps the caller's
@@ -164,6 +184,7 @@ def create_study(
             "seed": seed,
             "space": space.to_dict(),
             "options": options.to_dict(),
+            "baseline_version": baseline_version,
         },
     )
     session.flush()
@@ -181,178 +202,6 @@ def require_step_timing(session: Session, job: Job, objective: str) -> int:
             "store: report step timings (docs/step-timing.md) before creating a study"
         )
     return readings.rank_count(bind, job.project_id, job.name)
-
-
-def job_signature(job: Job) -> dict[str, str] | None:
-    """The job's :data:`SIGNATURE_LABELS`, or ``None`` if it lacks one of them."""
-    labels = job.labels or {}
-    if not all(labels.get(name) for name in SIGNATURE_LABELS):
-        return None
-    return {name: str(labels[name]) for name in SIGNATURE_LABELS}
-
-
-def warm_start_studies(
-    session: Session, job: Job, objective: str, ranks: int | None = None
-) -> list[int]:
-    """Ids of the latest studies (at most :data:`MAX_WARM_START_STUDIES`) of the project's jobs
-    with ``job``'s signature and the same objective that have a finished trial; when both
-    sides know the ranks, they must agree. Empty when the job has no full signature."""
-    signature = job_signature(job)
-    if signature is None:
-        return []
-    finished = select(Trial.study_id).where(Trial.state.in_(("complete", "infeasible")))
-    candidates = session.execute(
-        select(Study, Job)
-        .join(Job, Study.job_id == Job.id)
-        .where(
-            Job.project_id == job.project_id,
-            Study.objective == objective,
-            Study.id.in_(finished),
-        )
-        .order_by(Study.id.desc())
-    ).all()
-    chosen: list[int] = []
-    for study, other in candidates:
-        if job_signature(other) != signature:
-            continue
-        other_ranks = study_options(study).ranks
-        if ranks is not None and other_ranks is not None and ranks != other_ranks:
-            continue
-        chosen.append(study.id)
-        if len(chosen) == MAX_WARM_START_STUDIES:
-            break
-    return sorted(chosen)
-
-
-def study_options(study: Study) -> StudyOptions:
-    return StudyOptions.from_dict(study.options)
-
-
-def prior_observations(session: Session, study: Study) -> tuple[Observation, ...]:
-    """The trials of the study's warm-start studies, ready to prepend to its history."""
-    space = study_space(study)
-    collected: list[Observation] = []
-    for other_id in study_options(study).warm_start_from:
-        other = session.get(Study, other_id)
-        if other is None or other.id == study.id:
-            continue  # deleted since: its evidence is gone with it
-        for obs in history(session, other):
-            # Numbered in the order collected so that several studies never clash.
-            collected.append(replace(obs, number=len(collected)))
-    return warm_start(collected, space)
-
-
-def list_studies(session: Session, job: Job) -> list[Study]:
-    return list(session.scalars(select(Study).where(Study.job_id == job.id).order_by(Study.id)))
-
-
-def get_study(session: Session, job: Job, ref: str) -> Study | None:
-    """The study of ``job`` named ``ref``, or with id ``ref`` when it is all digits."""
-    by = Study.id == int(ref) if ref.isdigit() else Study.name == ref
-    return session.scalars(select(Study).where(Study.job_id == job.id, by)).one_or_none()
-
-
-def list_trials(
-    session: Session, study: Study, *, limit: int = 100, offset: int = 0
-) -> list[Trial]:
-    query = (
-        select(Trial)
-        .where(Trial.study_id == study.id)
-        .order_by(Trial.number)
-        .limit(limit)
-        .offset(offset)
-    )
-    return list(session.scalars(query))
-
-
-def study_space(study: Study) -> SearchSpace:
-    return SearchSpace.from_dict(study.space)
-
-
-def study_strategy(study: Study) -> BaseStrategy:
-    """The study's strategy, rebuilt from its row: the same seed gives the same proposals."""
-    seed = study.space.get(SEED_KEY)
-    return make_strategy(
-        study.strategy,
-        study_space(study),
-        direction=check_direction(study.direction),
-        seed=seed,
-        options=study_options(study).strategy_options,
-    )
-
-
-def lock_study(session: Session, study: Study) -> None:
-    """Hold the study's row until the transaction ends, so one ask or loop step at a time."""
-    # A no-op UPDATE rather than SELECT ... FOR UPDATE: on PostgreSQL both lock the row until
-    # commit, but on SQLite only a write takes the database write lock (waiting busy_timeout)
-    # before we read the history; a plain read would let two asks read the same history and
-    # the second one fail with "database is locked" when it upgrades to write.
-    session.execute(
-        update(Study)
-        .where(Study.id == study.id)
-        .values(state=Study.state)
-        .execution_options(synchronize_session=False)
-    )
-
-
-def _trials(session: Session, study: Study) -> list[Trial]:
-    query = select(Trial).where(Trial.study_id == study.id).order_by(Trial.number)
-    return list(session.scalars(query))
-
-
-def _observation(trial: Trial, space: SearchSpace) -> Observation:
-    extra = trial.measurements or {}
-    state: TrialState = _check_state(trial.state)
-    return Observation(
-        number=trial.number,
-        # Drop the learning rate (and anything else not tuned) that travels with the params.
-        config={k: v for k, v in trial.params.items() if k in space},
-        state=state,
-        value=trial.value if state == "complete" else None,
-        stderr=extra.get("stderr"),
-        reason=str(extra.get("reason") or ""),
-        context=extra.get("context") or {},
-    )
-
-
-def history(session: Session, study: Study) -> list[Observation]:
-    """The study's trials as frozen observations, in trial-number order."""
-    space = study_space(study)
-    return [_observation(t, space) for t in _trials(session, study)]
-
-
-def memory_points(trials: Sequence[Trial]) -> list[MemoryPoint]:
-    """The framebuffer readings the loop stored with finished trials (key
-    :data:`GPU_MEMORY_KEY`), each with its trial's per-device batch size. Trials that ran out
-    of memory or have no reading are left out (the OOM rule covers the former)."""
-    points: list[MemoryPoint] = []
-    for trial in trials:
-        extra = trial.measurements or {}
-        reading = (extra.get("data") or {}).get(GPU_MEMORY_KEY)
-        batch = trial.params.get(BATCH_SIZE)
-        out_of_memory = extra.get("reason") == REASON_OOM
-        if trial.state == "running" or out_of_memory or not isinstance(reading, Mapping):
-            continue
-        peak, capacity = reading.get("peak_mib"), reading.get("capacity_mib")
-        if not isinstance(batch, int) or not _number(peak) or not _number(capacity):
-            continue
-        assert isinstance(peak, int | float) and isinstance(capacity, int | float)
-        if capacity > 0 and peak >= 0 and batch >= 1:
-            points.append(MemoryPoint(trial.number, batch, float(peak), float(capacity)))
-    return points
-
-
-def study_memory_bound(study: Study, trials: Sequence[Trial]) -> MemoryBound | None:
-    """The study's memory bound from its trials (``None`` when it is switched off or the space
-    has no batch size)."""
-    policy = study_options(study).memory
-    if not policy.enabled or BATCH_SIZE not in study_space(study):
-        return None
-    return memory_bound(memory_points(trials), policy.headroom)
-
-
-def _number(value: object) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
 def ask(
@@ -387,8 +236,8 @@ def ask(
     priors = prior_observations(session, study)
     for attempt in range(_ASK_RETRIES):
         lock_study(session, study)
-        rows = _trials(session, study)
-        past = [_observation(t, space) for t in rows]
+        rows = study_trials(session, study)
+        past = [observation(t, space) for t in rows]
         bound = study_memory_bound(study, rows)
         predicted: tuple[Observation, ...] = ()
         if bound is not None and bound.max_batch is not None:
@@ -437,34 +286,11 @@ def ask(
             "config": params,
             "context": dict(context or {}),
             "priors": len(priors),
-            **_memory_details(space, bound, predicted),
+            **memory_details(space, bound, predicted),
         },
     )
     session.flush()
     return trial
-
-
-def _memory_details(
-    space: SearchSpace, bound: MemoryBound | None, predicted: Sequence[Observation]
-) -> dict[str, Any]:
-    """The memory bound as the ask's audit entry records it: the model, the figures and the
-    trials behind it, and the batch from which on proposals were excluded."""
-    if bound is None:
-        return {}
-    details = bound.to_dict()
-    details["excluded_from"] = int(predicted[0].config[BATCH_SIZE]) if predicted else None
-    if bound.max_batch is not None and not predicted and combinations(space) > MAX_PREDICTED_OOMS:
-        details["why"] += (
-            f"; not applied: more than {MAX_PREDICTED_OOMS} combinations of the other parameters"
-        )
-    return {"memory_bound": details}
-
-
-def _check_state(state: str) -> TrialState:
-    for known in TRIAL_STATES:
-        if state == known:
-            return known
-    raise StudyError(f"unknown trial state {state!r}; known: {', '.join(TRIAL_STATES)}")
 
 
 def _finite(name: str, value: float | None) -> float | None:
@@ -489,7 +315,7 @@ def tell(
 ) -> Trial:
     """Record a trial's result. Telling the same result again is a no-op (a retried task);
     a different result for a finished trial raises :class:`TrialConflictError`."""
-    checked = _check_state(state)
+    checked = check_state(state)
     if checked == "running":
         raise StudyError("tell needs a finished state: complete, infeasible or failed")
     number_value = _finite("value", value)
@@ -564,55 +390,83 @@ def tell(
     return trial
 
 
+def _fail_running_trials(session: Session, study: Study, reason: str, actor: str) -> None:
+    running = session.scalars(
+        select(Trial.number).where(Trial.study_id == study.id, Trial.state == "running")
+    ).all()
+    for number in running:
+        tell(session, study, number, state="failed", reason=reason, actor=actor)
+
+
 def set_state(
     session: Session, study: Study, state: str, *, actor: str = ACTOR, reason: str = ""
 ) -> bool:
     """Stop or resume a study; returns whether it changed. Stopping fails its running trials
-    (reason ``study stopped``) so that nothing is left waiting; a complete study stays so."""
+    (reason ``study stopped``) so that nothing is left waiting, and puts the job back on its
+    pre-study config (a stop may last days: the job must not wait on a trial's config); a
+    resumed study goes on with its next trial. An ended study stays so."""
     if state not in ("running", "stopped"):
         raise StudyError(f"a study can be set running or stopped, not {state!r}")
     lock_study(session, study)
     session.refresh(study)
     if study.state == state:
         return False
-    if study.state == "complete":
-        raise StudyError(f"study {study.name!r} is complete")
+    if study.state in study_end.END_STATES:
+        raise StudyEndedError(f"study {study.name!r} is {study.state}: {study.end_reason}")
+    job = session.get_one(Job, study.job_id)
+    details: dict[str, Any] = {"study_id": study.id, "from": study.state, "to": state}
     if state == "stopped":
-        running = session.scalars(
-            select(Trial.number).where(Trial.study_id == study.id, Trial.state == "running")
-        ).all()
-        for number in running:
-            tell(session, study, number, state="failed", reason="study stopped", actor=actor)
-    job = session.get(Job, study.job_id)
+        _fail_running_trials(session, study, "study stopped", actor)
+        row, restored = study_end.restore_pre_study(session, study, job)
+        study.end_reason = f"{reason or f'stopped by {actor}'}; {restored}"
+        if row is not None:
+            study.outcome_version = row.version
+        details["desired_version"] = row.version if row is not None else None
+    else:
+        study.end_reason = ""
     record_audit(
         session,
         actor=actor,
         action="study.state",
         target=f"study:{study.id}",
-        project_id=job.project_id if job is not None else None,
-        details={"study_id": study.id, "from": study.state, "to": state, "reason": reason},
+        project_id=job.project_id,
+        details={**details, "reason": reason or study.end_reason},
     )
     study.state = state
     session.flush()
     return True
 
 
-def best(session: Session, study: Study) -> Trial | None:
-    """The complete trial with the best value for the study's direction (earliest on ties)."""
-    query = select(Trial).where(Trial.study_id == study.id, Trial.state == "complete")
-    order = Trial.value.desc() if study.direction == "maximize" else Trial.value.asc()
-    return session.scalars(query.order_by(order, Trial.number).limit(1)).first()
+def cancel_study(session: Session, study: Study, *, actor: str = ACTOR) -> bool:
+    """Cancel a running or stopped study: its running trials fail, the job goes back on its
+    pre-study config and the study ends ``cancelled``. Returns whether it changed (a second
+    cancel is a no-op); an otherwise ended study raises :class:`StudyEndedError`."""
+    lock_study(session, study)
+    session.refresh(study)
+    if study.state == "cancelled":
+        return False
+    if study.state in study_end.END_STATES:
+        raise StudyEndedError(
+            f"study {study.name!r} has already ended {study.state}: {study.end_reason}"
+        )
+    _fail_running_trials(session, study, "study cancelled", actor)
+    job = session.get_one(Job, study.job_id)
+    study_end.cancel(session, study, job, f"cancelled by {actor}", actor=actor)
+    return True
 
 
 __all__: Sequence[str] = [
+    "GPU_MEMORY_KEY",
     "SEED_KEY",
     "SIGNATURE_LABELS",
     "DuplicateStudyError",
+    "StudyEndedError",
     "StudyError",
     "TrialConflictError",
     "UnknownTrialError",
     "ask",
     "best",
+    "cancel_study",
     "create_study",
     "get_study",
     "history",
@@ -620,9 +474,11 @@ __all__: Sequence[str] = [
     "list_studies",
     "list_trials",
     "lock_study",
+    "memory_points",
     "prior_observations",
     "require_step_timing",
     "set_state",
+    "study_memory_bound",
     "study_options",
     "study_space",
     "study_strategy",

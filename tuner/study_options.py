@@ -18,7 +18,10 @@ from tuner.memory import DEFAULT_HEADROOM
 Driver = Literal["tuner", "agent"]
 DRIVERS: Final = ("tuner", "agent")
 
-DEFAULT_ACK_TIMEOUT_S: Final = 600.0
+DEFAULT_ACK_TIMEOUT_S: Final = 300.0
+"""An agent wakes on a released version within a second (its long-poll) and applies it at the
+next step boundary: five minutes covers minute-long steps and a restart from a checkpoint, and
+bounds how long a study waits on a job that is gone (twice this, then it ends failed)."""
 
 
 class OptionsError(ValueError):

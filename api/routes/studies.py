@@ -41,7 +41,11 @@ def _study_errors() -> Iterator[None]:
     """The tuner's exceptions as HTTP answers with their one-line reasons."""
     try:
         yield
-    except (service.DuplicateStudyError, service.TrialConflictError) as exc:
+    except (
+        service.DuplicateStudyError,
+        service.TrialConflictError,
+        service.StudyEndedError,
+    ) as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
     except service.UnknownTrialError as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
@@ -83,9 +87,10 @@ def _agent_driven(study: Study) -> None:
 def create_study(
     body: StudyCreate, job: JobDep, session: SessionDep, token: CurrentToken
 ) -> StudyOut:
-    """Refused with 422 and the reason for empty or inverted bounds, an unknown objective or
-    strategy, bad options, or a job without step-timing data in the store; 409 if the job
-    already has a study of that name."""
+    """Refused with 422 and the reason for empty or inverted bounds or bounds that exclude the
+    job's current config, an unknown objective or strategy, bad options, a job without
+    step-timing data in the store, without a desired config or (loop-driven studies) without
+    an agent seen within ``ack_timeout_s``; 409 if the job already has a study of that name."""
     require_member(token, "creating a study")
     with _study_errors():
         study = study_service.create_study(session, job, body, actor=accounts.actor_name(token))
@@ -106,9 +111,25 @@ def read_study(study: StudyDep) -> StudyOut:
 def update_study(
     body: StudyUpdate, study: StudyDep, session: SessionDep, token: CurrentToken
 ) -> StudyOut:
+    """Stopping puts the job back on its pre-study config; 409 for a study that has ended."""
     require_member(token, "stopping or resuming a study")
     with _study_errors():
         service.set_state(session, study, body.state, actor=accounts.actor_name(token))
+    return StudyOut.of(study)
+
+
+@router.delete(
+    "/{study}",
+    summary="Cancel a study",
+    responses={409: {"description": "The study has already ended complete or failed"}},
+)
+def cancel_study(study: StudyDep, session: SessionDep, token: CurrentToken) -> StudyOut:
+    """Cancels a running or stopped study: its running trial fails, the job goes back on its
+    pre-study config and the study ends ``cancelled`` (the study and its trials stay, to read).
+    Cancelling a cancelled study again answers it unchanged."""
+    require_member(token, "cancelling a study")
+    with _study_errors():
+        service.cancel_study(session, study, actor=accounts.actor_name(token))
     return StudyOut.of(study)
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from tuneloop.accounts import Conflict, InvalidInput, NotFound
@@ -100,6 +101,11 @@ def agent_of_job(session: Session, job: Job, agent_id: int) -> JobAgent:
 
 def touch(agent: JobAgent) -> None:
     agent.last_seen_at = utcnow()
+
+
+def last_seen(session: Session, job: Job) -> datetime | None:
+    """When any agent of ``job`` last registered, long-polled or acknowledged (``None``: never)."""
+    return session.scalar(select(func.max(JobAgent.last_seen_at)).where(JobAgent.job_id == job.id))
 
 
 def list_agents(session: Session, job: Job) -> list[JobAgent]:

@@ -14,7 +14,7 @@ from tests.api.conftest import Minter, bearer
 from tests.tuner import jobsim
 from tuneloop.runtime import Runtime
 from tuneloop.storage import session_scope
-from tuneloop.storage.models import AuditEntry
+from tuneloop.storage.models import AuditEntry, Job, JobAgent
 from tuneloop.storage.types import utcnow
 from tuner.loop import StepResult, reconcile_study
 
@@ -28,6 +28,14 @@ SPACE: dict[str, Any] = {
     "base_batch": 32,
 }
 
+START_CONFIG = {"batch_size": 32, "sync_period": 1}
+AGENT: dict[str, Any] = {
+    "host": "node-7",
+    "world_size": 4,
+    "ranks": [{"rank": r, "gpu_uuids": []} for r in range(4)],
+    "config": START_CONFIG,
+}
+
 
 @pytest.fixture
 def auth(mint: Minter, client: TestClient, runtime: Runtime) -> dict[str, dict[str, str]]:
@@ -38,19 +46,23 @@ def auth(mint: Minter, client: TestClient, runtime: Runtime) -> dict[str, dict[s
         "agent": bearer(mint.token("alpha", "agent", "node-7")),
         "stranger": bearer(mint.token("beta", "member", "bob")),
     }
-    for name in ("train", "silent"):
+    for name in ("train", "silent", "unserved"):
         created = client.post(JOBS, json={"name": name}, headers=secrets["member"])
         assert created.status_code == 201
     now = utcnow()
-    jobsim.write_steps(
-        runtime.engine,
-        project_id,
-        "train",
-        start=now - timedelta(seconds=30),
-        end=now,
-        per_rank=100.0,
-        ranks=4,
-    )
+    for name in ("train", "unserved"):
+        jobsim.write_steps(
+            runtime.engine,
+            project_id,
+            name,
+            start=now - timedelta(seconds=30),
+            end=now,
+            per_rank=100.0,
+            ranks=4,
+        )
+    # The job's agent registers the config it started with: the pre-study config of studies.
+    registered = client.post(f"{JOBS}/train/agents", json=AGENT, headers=secrets["agent"])
+    assert registered.status_code == 201, registered.text
     return secrets
 
 
@@ -99,14 +111,17 @@ def test_the_loop_s_trials_show_through_the_api(
     client: TestClient, auth: dict[str, dict[str, str]], runtime: Runtime
 ) -> None:
     study = client.post(STUDIES, json=body(), headers=auth["member"]).json()
+    assert study["baseline_version"] == 1, "the config the agent registered"
+    assert (study["end_reason"], study["ended_at"], study["outcome_version"]) == ("", None, None)
     loop_pass(runtime, study["id"])
+    # The first trial measures the job's pre-study config, which it already runs.
     [trial] = client.get(f"{STUDIES}/s/trials", headers=auth["agent"]).json()["items"]
-    assert trial["state"] == "running" and trial["desired_version"] == 1
-    assert set(trial["params"]) == {"batch_size", "sync_period", "learning_rate"}
+    assert trial["state"] == "running" and trial["desired_version"] == 1 and trial["baseline"]
+    assert trial["params"] == START_CONFIG
     config = client.get(f"{JOBS}/train/config", headers=auth["agent"]).json()
     assert config["desired"]["version"] == 1
     assert config["desired"]["config"] == trial["params"]
-    assert config["desired"]["source"] == f"tuner:study:{study['id']}"
+    assert config["desired"]["source"] == "agent"
 
 
 BAD_STUDIES: list[tuple[dict[str, Any], str]] = [
@@ -121,6 +136,7 @@ BAD_STUDIES: list[tuple[dict[str, Any], str]] = [
     ({"measurement": {"warmup_s": 10, "window_s": 30, "budget_s": 20}}, "measurement.budget_s"),
     ({"space": {"batch_size": [8, 64], "lr_scaling": None}}, "goodput needs base_batch"),
     ({"objective": "slo_throughput"}, "slo_throughput needs slo_s"),
+    ({"space": {**SPACE, "batch_size": [64, 128]}}, "space.batch_size: the job runs batch_size=32"),
 ]
 
 
@@ -257,3 +273,59 @@ def test_the_memory_bound_option(client: TestClient, auth: dict[str, dict[str, s
         assert answer.status_code == 422, (memory, answer.text)
         assert [field] == answer.json()["detail"][0]["loc"][-1:], answer.json()
     assert [s["name"] for s in client.get(STUDIES, headers=member).json()] == ["s", "t", "u"]
+
+
+def test_a_study_of_a_job_no_agent_serves_is_refused(
+    client: TestClient, auth: dict[str, dict[str, str]], runtime: Runtime
+) -> None:
+    answer = client.post(f"{JOBS}/unserved/studies", json=body(), headers=auth["member"])
+    assert answer.status_code == 422
+    assert answer.json()["detail"].startswith("job 'unserved' has no agent: start the job with")
+    # An agent that registered long ago and has not polled since is not serving it either.
+    client.post(f"{JOBS}/unserved/agents", json=AGENT, headers=auth["agent"])
+    with session_scope(runtime.sessions) as session:
+        for agent in session.scalars(select(JobAgent)):
+            agent.last_seen_at = utcnow() - timedelta(hours=1)
+    silent = client.post(f"{JOBS}/unserved/studies", json=body(), headers=auth["member"])
+    assert silent.status_code == 422
+    assert "more than ack_timeout_s (300 s)" in silent.json()["detail"]
+    # A job whose agent drives its own study needs no loop to serve it.
+    driven = client.post(
+        f"{JOBS}/unserved/studies", json=body(driven_by="agent"), headers=auth["member"]
+    )
+    assert driven.status_code == 201 and driven.json()["baseline_version"] is None
+
+
+def test_cancel(client: TestClient, auth: dict[str, dict[str, str]], runtime: Runtime) -> None:
+    member = auth["member"]
+    study = client.post(STUDIES, json=body(), headers=member).json()
+    loop_pass(runtime, study["id"])
+    assert client.delete(f"{STUDIES}/s", headers=auth["agent"]).status_code == 403
+    cancelled = client.delete(f"{STUDIES}/s", headers=member)
+    assert cancelled.status_code == 200, cancelled.text
+    out = cancelled.json()
+    assert out["state"] == "cancelled" and out["ended_at"] is not None
+    assert out["end_reason"].startswith("cancelled by token:") and ":alice;" in out["end_reason"]
+    assert "the job stays on its pre-study config" in out["end_reason"]
+    again = client.delete(f"{STUDIES}/{study['id']}", headers=member)
+    assert again.status_code == 200 and again.json() == out, "a second cancel changes nothing"
+    [trial] = client.get(f"{STUDIES}/s/trials", headers=member).json()["items"]
+    assert (trial["state"], trial["reason"]) == ("failed", "study cancelled")
+    resumed = client.patch(f"{STUDIES}/s", json={"state": "running"}, headers=member)
+    assert resumed.status_code == 409 and "is cancelled" in resumed.json()["detail"]
+    assert client.delete(f"{STUDIES}/nope", headers=member).status_code == 404
+
+
+def test_an_ended_study_cannot_be_cancelled(
+    client: TestClient, auth: dict[str, dict[str, str]], runtime: Runtime
+) -> None:
+    study = client.post(STUDIES, json=body(), headers=auth["member"]).json()
+    with session_scope(runtime.sessions) as session:
+        job = session.get_one(Job, study["job_id"])
+        job.status = "succeeded"
+    assert loop_pass(runtime, study["id"]).action == "ended"
+    ended = client.get(f"{STUDIES}/s", headers=auth["member"]).json()
+    assert ended["state"] == "failed" and ended["end_reason"].startswith("the job is succeeded")
+    refused = client.delete(f"{STUDIES}/s", headers=auth["member"])
+    assert refused.status_code == 409
+    assert refused.json()["detail"].startswith("study 's' has already ended failed: the job is")

@@ -23,6 +23,9 @@ from tuner.readings import (
     THROUGHPUT_METRIC,
 )
 
+START_CONFIG: dict[str, Any] = {"batch_size": 32, "sync_period": 1}
+"""The config a simulated job starts on: its agent registers it as desired version 1."""
+
 
 def make_job(
     session: Session,
@@ -31,7 +34,10 @@ def make_job(
     name: str = "train",
     labels: dict[str, str] | None = None,
     kind: str = "training",
+    config: dict[str, Any] | None = START_CONFIG,
 ) -> Job:
+    """A running job; with ``config``, the desired version 1 its agent registers on start (the
+    pre-study config of its studies)."""
     owner = session.scalars(select(Project).where(Project.name == project)).one_or_none()
     if owner is None:
         owner = Project(name=project)
@@ -40,6 +46,8 @@ def make_job(
     job = Job(project_id=owner.id, name=name, labels=labels or {}, kind=kind, status="running")
     session.add(job)
     session.flush()
+    if config is not None:
+        append_config(session, job, "desired", config, source="agent")
     return job
 
 

@@ -12,6 +12,7 @@ from tests.helpers import cli_runner, sqlite_file
 from tests.tuner import jobsim
 from tuneloop.cli import app
 from tuneloop.storage import make_engine, session_factory, session_scope
+from tuneloop.storage.models import Study
 from tuner import service
 from tuner.space import SearchSpace
 
@@ -83,3 +84,28 @@ def test_study_list_and_show(cli: CliRunner) -> None:
     missing = cli.invoke(app, ["study", "show", "99"])
     assert missing.exit_code == 1
     assert "study 99 does not exist" in missing.stderr
+
+
+def test_study_cancel(cli: CliRunner, database_file: str) -> None:
+    cancelled = cli.invoke(app, ["study", "cancel", "batch", "--job", "resnet"])
+    assert cancelled.exit_code == 0, cancelled.output
+    assert cancelled.stdout.startswith(
+        "study 1 'batch' cancelled: cancelled by cli; the job stays on its pre-study config"
+    )
+    again = cli.invoke(app, ["study", "cancel", "1"])
+    assert again.exit_code == 0 and "was already cancelled" in again.stdout
+    shown = cli.invoke(app, ["study", "show", "1"]).stdout.splitlines()
+    assert shown[0].endswith(", cancelled")
+    assert shown[1].startswith("cancelled: cancelled by cli;")
+
+    engine = make_engine(database_file)
+    with session_scope(session_factory(engine)) as session:
+        study = session.get_one(Study, 1)
+        study.state = "complete"
+    engine.dispose()
+    ended = cli.invoke(app, ["study", "cancel", "1"])
+    assert ended.exit_code == 1 and "has already ended complete" in ended.stderr
+    unnamed = cli.invoke(app, ["study", "cancel", "batch"])
+    assert unnamed.exit_code == 2 and "give its id, or its job with --job" in unnamed.stderr
+    missing = cli.invoke(app, ["study", "cancel", "batch", "--job", "other"])
+    assert missing.exit_code == 1 and "does not exist" in missing.stderr

@@ -14,11 +14,12 @@ import pytest
 from sqlalchemy import Engine, select
 
 from tests.tuner import jobsim
+from tuneloop.job_configs import study_outcome_source, study_trial_source
 from tuneloop.storage import session_factory, session_scope
-from tuneloop.storage.models import AuditEntry, Job, Study, Trial
+from tuneloop.storage.models import AuditEntry, Job, Trial
 from tuneloop.storage.types import utcnow
 from tuner import service
-from tuner.loop import StepResult, config_source, reconcile_study
+from tuner.loop import StepResult, reconcile_study
 from tuner.measurement import MeasurementPolicy
 from tuner.objectives import goodput
 from tuner.space import SearchSpace
@@ -70,6 +71,16 @@ class Loop:
             **kwargs,
         )
 
+    def run_baseline(self, at: float = -100.0, per_rank: float = 100.0) -> Trial:
+        """Measure the study's first trial, the job's pre-study config (desired version 1)."""
+        asked = self.step(at)
+        assert asked.action == "asked" and asked.detail == "pre-study desired version 1", asked
+        self.ack(1, at=at)
+        assert self.step(at + 1).action == "applied"
+        self.steps(at, at + 31, per_rank=per_rank, noise_scale=PHI)
+        assert self.step(at + 31).detail == "complete"
+        return self.trials()[-1]
+
     def audit(self) -> list[AuditEntry]:
         with session_scope(session_factory(self.engine)) as session:
             rows = session.scalars(select(AuditEntry).order_by(AuditEntry.id)).all()
@@ -105,29 +116,34 @@ def loop(engine: Engine) -> Iterator[Loop]:
 
 
 def test_a_trial_goes_from_proposal_to_value(loop: Loop) -> None:
+    baseline = loop.run_baseline()
+    assert baseline.baseline and baseline.params == {**jobsim.START_CONFIG}
+    assert baseline.value == pytest.approx(goodput(200.0, 64, PHI, 32), rel=0.01)
+    assert [r.version for r in jobsim.desired(loop.engine, loop.job_id)] == [1], "nothing new"
+
     first = loop.step(0)
-    assert (first.action, first.trial) == ("asked", 1)
-    [trial] = loop.trials()
-    assert trial.state == "running" and trial.desired_version == 1
-    [row] = jobsim.desired(loop.engine, loop.job_id)
-    assert row.source == config_source_of(loop)
+    assert (first.action, first.trial) == ("asked", 2)
+    trial = loop.trials()[-1]
+    assert trial.state == "running" and trial.desired_version == 2 and not trial.baseline
+    row = jobsim.desired(loop.engine, loop.job_id)[-1]
+    assert row.source == study_trial_source(loop.study_id)
     assert row.config == trial.params
     assert "learning_rate" in row.config, "a batch change travels with its learning rate"
 
     assert loop.step(1).action == "awaiting_ack"
     assert loop.step(2).action == "awaiting_ack", "a repeated pass changes nothing"
-    assert len(loop.trials()) == 1
+    assert len(loop.trials()) == 2
 
-    loop.ack(1, at=5)
+    loop.ack(2, at=5)
     applied = loop.step(6)
     assert applied.action == "applied"
-    assert loop.trials()[0].applied_at == loop.t0 + timedelta(seconds=5)
+    assert loop.trials()[-1].applied_at == loop.t0 + timedelta(seconds=5)
     assert loop.step(20).action == "waiting"  # warm-up 10 s + window 20 s after t=5
 
     loop.steps(5, 36, per_rank=100.0, noise_scale=PHI)
     told = loop.step(36)
     assert told.action == "told" and told.detail == "complete"
-    [done] = loop.trials()
+    done = loop.trials()[-1]
     config = {k: v for k, v in done.params.items() if k != "learning_rate"}
     effective = config["batch_size"] * RANKS * config["sync_period"]
     expected = goodput(2 * 100.0, effective, PHI, 32)
@@ -136,15 +152,18 @@ def test_a_trial_goes_from_proposal_to_value(loop: Loop) -> None:
     assert data["inputs"]["noise_scale"] == pytest.approx(PHI)
     assert data["inputs"]["throughput_samples_s"] == pytest.approx(200.0, rel=0.01)
     assert data["stats"]["n"] >= 8
-    assert 0 < done.measurements["stderr"] < 0.02 * done.value
+    assert done.value is not None and 0 < done.measurements["stderr"] < 0.02 * done.value
 
     nxt = loop.step(37)
-    assert (nxt.action, nxt.trial) == ("asked", 2)
+    assert (nxt.action, nxt.trial) == ("asked", 3)
     versions = [r.version for r in jobsim.desired(loop.engine, loop.job_id)]
-    assert versions == [1, 2]
+    assert versions == [1, 2, 3]
     actions = [e.action for e in loop.audit()]
     assert actions == [
         "study.create",
+        "trial.baseline",
+        "trial.applied",
+        "trial.tell",
         "trial.ask",
         "trial.apply",
         "trial.applied",
@@ -152,13 +171,6 @@ def test_a_trial_goes_from_proposal_to_value(loop: Loop) -> None:
         "trial.ask",
         "trial.apply",
     ]
-
-
-def config_source_of(loop: Loop) -> str:
-    with session_scope(session_factory(loop.engine)) as session:
-        study = session.get(Study, loop.study_id)
-        assert study is not None
-        return config_source(study)
 
 
 def test_noisy_measurements_extend_then_are_accepted_with_their_stderr(loop: Loop) -> None:
@@ -226,7 +238,13 @@ def test_a_failure_report_and_a_failed_job(engine: Engine) -> None:
         assert job is not None
         job.status = "failed"
     assert loop.step(4).detail.startswith("infeasible: failed: the job failed")
-    assert loop.step(5) == StepResult("skip", detail="job is failed"), "no trial on a dead job"
+    # No trial on a dead job: the study ends, and the job is left on its pre-study config.
+    ended = loop.step(5)
+    assert ended.action == "ended" and ended.detail.startswith("failed: the job is failed")
+    assert loop.step(6) == StepResult("skip", detail="study is failed")
+    outcome = jobsim.desired(engine, loop.job_id)[-1]
+    assert outcome.source == study_outcome_source(loop.study_id)
+    assert outcome.config == jobsim.START_CONFIG
 
 
 def test_an_unacknowledged_trial_times_out(engine: Engine) -> None:
@@ -401,21 +419,22 @@ def test_a_pass_that_dies_mid_way_leaves_nothing_and_the_next_one_repeats_nothin
 ) -> None:
     import tuner.loop as loop_module
 
-    real_audit = loop_module._audit
+    loop.run_baseline()
+    from tuner.loop_measure import audit_trial as real_audit
 
     def crash_after_writing(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("worker killed")  # after ask and the desired config, before commit
 
-    monkeypatch.setattr(loop_module, "_audit", crash_after_writing)
+    monkeypatch.setattr(loop_module, "audit_trial", crash_after_writing)
     with pytest.raises(RuntimeError, match="worker killed"):
         loop.step(0)
-    assert loop.trials() == []
-    assert jobsim.desired(loop.engine, loop.job_id) == []
-
-    monkeypatch.setattr(loop_module, "_audit", real_audit)
-    assert loop.step(1).action == "asked"
     assert [t.number for t in loop.trials()] == [1]
     assert [r.version for r in jobsim.desired(loop.engine, loop.job_id)] == [1]
+
+    monkeypatch.setattr(loop_module, "audit_trial", real_audit)
+    assert loop.step(1).action == "asked"
+    assert [t.number for t in loop.trials()] == [1, 2]
+    assert [r.version for r in jobsim.desired(loop.engine, loop.job_id)] == [1, 2]
 
 
 def test_concurrent_passes_start_one_trial(loop: Loop) -> None:

@@ -28,6 +28,7 @@ from tuneloop.storage.types import utcnow
 from tuneloop.taskqueue import maintenance, periodic_tasks
 from tuneloop.taskqueue.registry import TUNER_DISPATCH
 from tuner import service
+from tuner.loop import reconcile_study
 from tuner.measurement import MeasurementPolicy
 from tuner.space import SearchSpace
 from tuner.study_options import StudyOptions
@@ -50,9 +51,27 @@ def create_study(engine: Engine) -> tuple[int, int, int]:
             space=SPACE,
             strategy="bayesian",
             seed=0,
-            options=StudyOptions(measurement=POLICY, ranks=2, max_trials=2),
+            options=StudyOptions(measurement=POLICY, ranks=2, max_trials=3),
         )
-        return study.id, job.id, job.project_id
+        ids = study.id, job.id, job.project_id
+    measure_baseline(engine, *ids)
+    return ids
+
+
+def measure_baseline(engine: Engine, study_id: int, job_id: int, project_id: int) -> None:
+    """Trial 1, the job's pre-study config (desired version 1), measured in-process over a
+    window that ended 40 s ago (clear of the trials' windows): slower than anything the study
+    tries next, so its best is applied."""
+    start, end = utcnow() - timedelta(seconds=60), utcnow() - timedelta(seconds=40)
+    with session_scope(session_factory(engine)) as session:
+        assert reconcile_study(session, study_id, now=start).trial == 1
+    jobsim.report(engine, job_id, 1, at=start)
+    jobsim.write_steps(
+        engine, project_id, "train", start=start, end=end, per_rank=50.0, noise_scale=400.0
+    )
+    for expected in ("applied", "told"):
+        with session_scope(session_factory(engine)) as session:
+            assert reconcile_study(session, study_id, now=end).action == expected
 
 
 def trial_rows(engine: Engine, study_id: int) -> list[Trial]:
@@ -141,7 +160,7 @@ def test_workers_killed_mid_pass_and_mid_trial_and_a_new_one_resumes(
 
     with process(["beat"], env, tmp_path / "beat.log"):
         # 1. Killed inside a pass: the job row is held, so the worker's first pass stops
-        # between storing trial 1 and writing its desired config, uncommitted.
+        # between storing trial 2 and writing its desired config, uncommitted.
         with engine.connect() as holder, holder.begin():
             holder.execute(select(Job.id).where(Job.id == job_id).with_for_update())
             with process(worker_args, env, tmp_path / "worker0.log") as doomed:
@@ -153,26 +172,27 @@ def test_workers_killed_mid_pass_and_mid_trial_and_a_new_one_resumes(
         wait_for(
             lambda: not waiting_on_a_lock(engine), 30, "the dead pass to roll back", every_s=0.2
         )
-        assert trial_rows(engine, study_id) == [] and jobsim.desired(engine, job_id) == []
+        assert [t.number for t in trial_rows(engine, study_id)] == [1], "the baseline alone"
+        assert [v.version for v in jobsim.desired(engine, job_id)] == [1]
 
         # 2. Killed in the middle of a trial: proposed and written, not yet measured.
         with process(worker_args, env, tmp_path / "worker1.log") as first:
-            wait_for(lambda: running_trial(1), 60, "the next worker to start trial 1", every_s=0.2)
+            wait_for(lambda: running_trial(2), 60, "the next worker to start trial 2", every_s=0.2)
             first.send_signal(signal.SIGKILL)
             first.wait(10)
-        assert [t.state for t in trial_rows(engine, study_id)] == ["running"]
+        assert [t.state for t in trial_rows(engine, study_id)] == ["complete", "running"]
 
         # While no worker runs, the job applies the trial and reports its steps.
-        run_trial_on_the_job_side(engine, job_id, project_id, 1)
+        run_trial_on_the_job_side(engine, job_id, project_id, 2)
         time.sleep(1.0)  # beat keeps enqueueing; the ticks that expire meanwhile are dropped
-        assert [t.state for t in trial_rows(engine, study_id)] == ["running"]
+        assert [t.state for t in trial_rows(engine, study_id)] == ["complete", "running"]
 
-        # 3. A new worker measures trial 1, runs trial 2 and completes the study.
+        # 3. A new worker measures trial 2, runs trial 3 and completes the study.
         with process(worker_args, env, tmp_path / "worker2.log"):
             wait_for(
-                lambda: running_trial(2), 60, "the second worker to measure 1, start 2", every_s=0.2
+                lambda: running_trial(3), 60, "the second worker to measure 2, start 3", every_s=0.2
             )
-            run_trial_on_the_job_side(engine, job_id, project_id, 2)
+            run_trial_on_the_job_side(engine, job_id, project_id, 3)
 
             def completed() -> bool:
                 with session_scope(session_factory(engine)) as session:
@@ -185,18 +205,22 @@ def test_workers_killed_mid_pass_and_mid_trial_and_a_new_one_resumes(
     assert [(t.number, t.state, t.desired_version) for t in trials] == [
         (1, "complete", 1),
         (2, "complete", 2),
+        (3, "complete", 3),
     ]
-    assert all(t.value is not None and t.value > 0 for t in trials)
-    assert trials[1].value > trials[0].value  # the job ran faster on version 2
+    values = [t.value for t in trials]
+    assert all(v is not None and v > 0 for v in values)
+    assert min(v or 0.0 for v in values[1:]) > (values[0] or 0.0), "faster on the new versions"
+    top = max(trials[1:], key=lambda t: t.value or 0.0)
     versions = jobsim.desired(engine, job_id)
-    assert [v.version for v in versions] == [1, 2, 3], "one desired version per trial + best"
-    assert versions[-1].config == trials[1].params
+    assert [v.version for v in versions] == [1, 2, 3, 4], "pre-study, one per trial, best"
+    assert versions[-1].config == top.params
     counts = audit_counts(engine)
     for action, expected in {
+        "trial.baseline": 1,
         "trial.ask": 2,
         "trial.apply": 2,
-        "trial.applied": 2,
-        "trial.tell": 2,
+        "trial.applied": 3,
+        "trial.tell": 3,
         "study.complete": 1,
     }.items():
         assert counts.get(action) == expected, (action, counts)
@@ -220,16 +244,17 @@ def test_the_embedded_default_runs_the_loop_in_process(_in_process_settings: str
     [dispatch] = [t for t in periodic_tasks(load_settings()) if t.name == TUNER_DISPATCH]
 
     dispatch.func()
-    assert [t.desired_version for t in trial_rows(engine, study_id)] == [1]
+    assert [t.desired_version for t in trial_rows(engine, study_id)] == [1, 2]
     dispatch.func()  # a repeated tick: nothing new
-    assert len(trial_rows(engine, study_id)) == 1
+    assert len(trial_rows(engine, study_id)) == 2
 
-    run_trial_on_the_job_side(engine, job_id, project_id, 1)
+    run_trial_on_the_job_side(engine, job_id, project_id, 2)
     dispatch.func()  # acknowledged
     dispatch.func()  # measured and told
-    dispatch.func()  # trial 2 asked
+    dispatch.func()  # trial 3 asked
     assert [(t.state, t.desired_version) for t in trial_rows(engine, study_id)] == [
         ("complete", 1),
-        ("running", 2),
+        ("complete", 2),
+        ("running", 3),
     ]
     engine.dispose()

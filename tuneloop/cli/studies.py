@@ -1,5 +1,5 @@
-"""``tuneloop study list`` and ``tuneloop study show``: tuning studies and their trials, read
-straight from the store (no running API needed)."""
+"""``tuneloop study list``, ``show`` and ``cancel``: tuning studies and their trials, straight
+from the store (no running API needed)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,17 @@ from typing import Annotated
 
 import typer
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from tuneloop.cli import app
 from tuneloop.cli.common import fail
-from tuneloop.cli.tokens import _session, _table, _when
+from tuneloop.cli.tokens import CLI_ACTOR, _session, _table, _when
 from tuneloop.storage.models import Job, Project, Study, Trial
 from tuner import service
 
-study_app = typer.Typer(help="See tuning studies and their trials.", no_args_is_help=True)
+study_app = typer.Typer(
+    help="See tuning studies and their trials; cancel a study.", no_args_is_help=True
+)
 app.add_typer(study_app, name="study")
 
 
@@ -78,6 +81,8 @@ def study_show(study_id: Annotated[int, typer.Argument(help="Study id (see study
             f"study {study.id} {study.name!r}: {study.objective} ({study.direction}), "
             f"{study.strategy}, {study.state}"
         )
+        if study.end_reason:
+            typer.echo(f"{study.state}: {study.end_reason}")
         rows = [
             (
                 str(t.number),
@@ -86,7 +91,7 @@ def study_show(study_id: Annotated[int, typer.Argument(help="Study id (see study
                 _number(t.value),
                 str(t.desired_version or "-"),
                 _when(t.started_at),
-                str((t.measurements or {}).get("reason") or ""),
+                _trial_reason(t),
             )
             for t in trials
         ]
@@ -94,3 +99,49 @@ def study_show(study_id: Annotated[int, typer.Argument(help="Study id (see study
         if top is not None:
             config = " ".join(f"{k}={v}" for k, v in sorted(top.params.items()))
             typer.echo(f"best: trial {top.number}, value {_number(top.value)}: {config}")
+
+
+def _trial_reason(trial: Trial) -> str:
+    reason = str((trial.measurements or {}).get("reason") or "")
+    if not trial.baseline:
+        return reason
+    return f"pre-study config; {reason}" if reason else "pre-study config"
+
+
+@study_app.command("cancel")
+def study_cancel(
+    ref: Annotated[str, typer.Argument(help="Study id (see study list), or name with --job")],
+    job: Annotated[str | None, typer.Option(help="The study's job, to find it by name")] = None,
+    project: Annotated[str | None, typer.Option(help="The job's project")] = None,
+) -> None:
+    """Cancel a running or stopped study: the job goes back on its pre-study config."""
+    with _session() as session:
+        study = _find_study(session, ref, job, project)
+        try:
+            changed = service.cancel_study(session, study, actor=CLI_ACTOR)
+        except service.StudyEndedError as exc:
+            fail(str(exc), 1)
+        note = "cancelled" if changed else "was already cancelled"
+        typer.echo(f"study {study.id} {study.name!r} {note}: {study.end_reason}")
+
+
+def _find_study(session: Session, ref: str, job: str | None, project: str | None) -> Study:
+    if ref.isdigit():
+        found = session.get(Study, int(ref))
+    elif job is None:
+        fail(f"study {ref!r}: give its id, or its job with --job (see: tuneloop study list)")
+    else:
+        query = (
+            select(Study)
+            .join(Job, Study.job_id == Job.id)
+            .where(Study.name == ref, Job.name == job)
+        )
+        if project is not None:
+            query = query.join(Project, Job.project_id == Project.id).where(Project.name == project)
+        matches = session.scalars(query).all()
+        if len(matches) > 1:
+            fail(f"study {ref!r} of job {job!r} is in several projects: add --project")
+        found = matches[0] if matches else None
+    if found is None:
+        fail(f"study {ref!r} does not exist (see: tuneloop study list)", 1)
+    return found

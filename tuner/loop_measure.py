@@ -1,0 +1,276 @@
+"""Measuring a trial's window and recording what the loop learns about it (``tuner.loop``).
+
+Once the trial's warm-up and window are over, its step-timing samples are judged
+(``judge_window``): ``extend`` lengthens the window, ``fail`` fails the trial with its reason,
+``accept`` scores the objective; an input that is missing (no noise scale, no latency data)
+extends too, and never becomes a value. The window's framebuffer reading of the job's GPUs is
+stored with the trial (the memory bound of later asks is fitted on it, see ``tuner.memory``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final, Literal
+
+from sqlalchemy.orm import Session
+
+from tuneloop.accounts import record_audit
+from tuneloop.storage.models import Job, Study, Trial
+from tuner import readings, service
+from tuner.measurement import TrialVerdict, WindowStats, judge_window
+from tuner.objectives import Evaluation, get_objective
+from tuner.space import SearchSpace
+from tuner.study_memory import GPU_MEMORY_KEY
+from tuner.study_options import StudyOptions
+from tuner.study_records import study_space
+
+log = logging.getLogger(__name__)
+
+ACTOR: Final = "tuner"
+P99: Final = 0.99
+
+Action = Literal[
+    "skip",
+    "asked",
+    "awaiting_ack",
+    "applied",
+    "waiting",
+    "extended",
+    "told",
+    "completed",
+    "ended",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What one pass did (for logs and tests; the store holds the state)."""
+
+    action: Action
+    trial: int | None = None
+    detail: str = ""
+
+
+def measure_trial(
+    session: Session,
+    study: Study,
+    job: Job,
+    trial: Trial,
+    options: StudyOptions,
+    now: datetime,
+) -> StepResult:
+    assert trial.applied_at is not None
+    policy = options.measurement
+    start = trial.applied_at
+    end = policy.window_end(start.timestamp(), trial.extensions)
+    if now.timestamp() < end:
+        return StepResult("waiting", trial.number, f"window ends in {end - now.timestamp():.0f} s")
+    warm = start + timedelta(seconds=policy.warmup_s)
+    bind = session.connection()
+    metric = readings.primary_metric(study.objective)
+    samples = readings.window_samples(
+        bind,
+        job.project_id,
+        job.name,
+        metric,
+        start=warm,
+        end=now,
+        per_job=metric == readings.THROUGHPUT_METRIC,
+    )
+    verdict = judge_window(
+        samples,
+        window_start=start.timestamp(),
+        now=now.timestamp(),
+        extensions=trial.extensions,
+        policy=policy,
+    )
+    window = {
+        "start": start.isoformat(),
+        "warm": warm.isoformat(),
+        "end": now.isoformat(),
+        "extensions": trial.extensions,
+        "metric": metric,
+        "desired_version": trial.desired_version,
+    }
+    if verdict.action == "wait":  # pragma: no cover - checked above
+        return StepResult("waiting", trial.number, verdict.reason)
+    if verdict.action == "extend":
+        return extend_trial(session, study, job, trial, verdict.reason, verdict.stats, window)
+    if verdict.action == "fail":
+        return tell_trial(
+            session,
+            study,
+            trial,
+            state="failed",
+            reason=verdict.reason,
+            measurements={"window": window, "stats": _stats(verdict.stats)},
+        )
+    inputs = _objective_inputs(session, study, job, trial, options, verdict, warm, now)
+    evaluation = get_objective(study.objective).evaluate(inputs)
+    measured = {"window": window, "stats": _stats(verdict.stats), "inputs": inputs}
+    # The framebuffer the configuration needed: what the memory bound is fitted on.
+    uuids = readings.job_gpu_uuids(job.labels, readings.registered_gpu_uuids(bind, job.id))
+    memory = readings.gpu_memory(bind, job.project_id, job.name, uuids, start=warm, end=now)
+    measured[GPU_MEMORY_KEY] = memory.to_dict() if memory is not None else None
+    if evaluation.status == "missing":
+        if trial.extensions >= policy.max_extensions:
+            return tell_trial(
+                session,
+                study,
+                trial,
+                state="failed",
+                reason=f"gave up after {trial.extensions} extensions: {evaluation.reason}",
+                measurements=measured,
+            )
+        return extend_trial(session, study, job, trial, evaluation.reason, verdict.stats, window)
+    if evaluation.status == "infeasible":
+        return tell_trial(
+            session,
+            study,
+            trial,
+            state="infeasible",
+            reason=evaluation.reason,
+            measurements=measured,
+        )
+    assert evaluation.value is not None and verdict.value is not None
+    return tell_trial(
+        session,
+        study,
+        trial,
+        state="complete",
+        value=evaluation.value,
+        stderr=_scaled_stderr(evaluation, verdict),
+        measurements=measured,
+    )
+
+
+def _objective_inputs(
+    session: Session,
+    study: Study,
+    job: Job,
+    trial: Trial,
+    options: StudyOptions,
+    verdict: TrialVerdict,
+    warm: datetime,
+    now: datetime,
+) -> dict[str, float | None]:
+    """The objective's inputs: the judged series' mean plus what else its formula needs."""
+    bind = session.connection()
+    value = verdict.value
+    if study.objective == "step_time":
+        return {"step_time_s": value}
+    if study.objective == "slo_throughput":
+        p99 = readings.latency_quantile(bind, job.project_id, job.name, P99, start=warm, end=now)
+        return {"throughput": value, "p99_latency_s": p99, "slo_s": options.slo_s}
+    inputs: dict[str, float | None] = {"throughput_samples_s": value}
+    if study.objective == "goodput":
+        space = study_space(study)
+        ranks = options.ranks or readings.rank_count(bind, job.project_id, job.name) or None
+        inputs["effective_batch"] = _effective_batch(space, trial, ranks)
+        inputs["noise_scale"] = readings.window_mean(
+            bind, job.project_id, job.name, readings.NOISE_SCALE_METRIC, start=warm, end=now
+        )
+        inputs["base_batch"] = float(space.base_batch) if space.base_batch is not None else None
+    return inputs
+
+
+def _effective_batch(space: SearchSpace, trial: Trial, ranks: int | None) -> float | None:
+    if ranks is None:
+        return None
+    config = {k: v for k, v in trial.params.items() if k in space}
+    return float(space.effective_batch(config, ranks))
+
+
+def _scaled_stderr(evaluation: Evaluation, verdict: TrialVerdict) -> float:
+    # The objective is the judged mean times a factor measured without its own error bar
+    # (efficiency, or 1): the relative error carries over.
+    assert evaluation.value is not None and verdict.value is not None
+    assert verdict.stderr is not None
+    if verdict.value == 0:
+        return verdict.stderr
+    return abs(verdict.stderr * evaluation.value / verdict.value)
+
+
+def extend_trial(
+    session: Session,
+    study: Study,
+    job: Job,
+    trial: Trial,
+    reason: str,
+    stats: WindowStats | None,
+    window: dict[str, Any],
+) -> StepResult:
+    trial.extensions += 1
+    audit_trial(
+        session,
+        study,
+        job,
+        "trial.extend",
+        trial,
+        {
+            "reason": reason,
+            "extensions": trial.extensions,
+            "window": window,
+            "stats": _stats(stats),
+        },
+    )
+    session.flush()
+    return StepResult("extended", trial.number, reason)
+
+
+def tell_trial(
+    session: Session,
+    study: Study,
+    trial: Trial,
+    *,
+    state: str,
+    value: float | None = None,
+    stderr: float | None = None,
+    reason: str | None = None,
+    measurements: dict[str, Any],
+) -> StepResult:
+    service.tell(
+        session,
+        study,
+        trial.number,
+        state=state,
+        value=value,
+        stderr=stderr,
+        reason=reason,
+        measurements=measurements,
+        actor=ACTOR,
+    )
+    log.info("study %s trial %s: %s %s", study.id, trial.number, state, reason or value)
+    return StepResult("told", trial.number, state if reason is None else f"{state}: {reason}")
+
+
+def audit_trial(
+    session: Session, study: Study, job: Job, action: str, trial: Trial, details: dict[str, Any]
+) -> None:
+    record_audit(
+        session,
+        actor=ACTOR,
+        action=action,
+        target=f"study:{study.id}/trial:{trial.number}",
+        project_id=job.project_id,
+        details={"study_id": study.id, "number": trial.number, **details},
+    )
+
+
+def _stats(stats: WindowStats | None) -> dict[str, Any] | None:
+    if stats is None:
+        return None
+    return {
+        "n": stats.n,
+        "mean": _json_float(stats.mean),
+        "stderr": _json_float(stats.stderr),
+        "rel_stderr": _json_float(stats.rel_stderr),
+        "dropped": stats.dropped,
+    }
+
+
+def _json_float(value: float) -> float | None:
+    # JSON has no NaN or infinity: "no estimate" is null.
+    return value if value == value and abs(value) != float("inf") else None

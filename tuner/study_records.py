@@ -1,0 +1,142 @@
+"""A study's row and trials as the tuner reads them: options, space, strategy, history, best.
+
+The lowest layer of the study modules (``service``, ``study_priors``, ``study_memory``,
+``study_end`` and the loop build on it); plain functions, the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from tuneloop.storage.models import Job, Study, Trial
+from tuner.objectives import check_direction
+from tuner.space import SearchSpace
+from tuner.strategies.base import TRIAL_STATES, BaseStrategy, Observation, TrialState
+from tuner.strategies.registry import make_strategy
+from tuner.study_options import StudyOptions
+
+SEED_KEY = "strategy_seed"
+"""Key of ``Study.space`` that holds the strategy's seed."""
+
+
+class StudyError(ValueError):
+    """Bad input to a study operation (the entry point answers 4xx, the task does not retry)."""
+
+
+def study_options(study: Study) -> StudyOptions:
+    return StudyOptions.from_dict(study.options)
+
+
+def study_space(study: Study) -> SearchSpace:
+    return SearchSpace.from_dict(study.space)
+
+
+def study_strategy(study: Study) -> BaseStrategy:
+    """The study's strategy, rebuilt from its row: the same seed gives the same proposals."""
+    seed = study.space.get(SEED_KEY)
+    return make_strategy(
+        study.strategy,
+        study_space(study),
+        direction=check_direction(study.direction),
+        seed=seed,
+        options=study_options(study).strategy_options,
+    )
+
+
+def lock_study(session: Session, study: Study) -> None:
+    """Hold the study's row until the transaction ends, so one ask or loop step at a time."""
+    # A no-op UPDATE rather than SELECT ... FOR UPDATE: on PostgreSQL both lock the row until
+    # commit, but on SQLite only a write takes the database write lock (waiting busy_timeout)
+    # before we read the history; a plain read would let two asks read the same history and
+    # the second one fail with "database is locked" when it upgrades to write.
+    session.execute(
+        update(Study)
+        .where(Study.id == study.id)
+        .values(state=Study.state)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def list_studies(session: Session, job: Job) -> list[Study]:
+    return list(session.scalars(select(Study).where(Study.job_id == job.id).order_by(Study.id)))
+
+
+def get_study(session: Session, job: Job, ref: str) -> Study | None:
+    """The study of ``job`` named ``ref``, or with id ``ref`` when it is all digits."""
+    by = Study.id == int(ref) if ref.isdigit() else Study.name == ref
+    return session.scalars(select(Study).where(Study.job_id == job.id, by)).one_or_none()
+
+
+def list_trials(
+    session: Session, study: Study, *, limit: int = 100, offset: int = 0
+) -> list[Trial]:
+    query = (
+        select(Trial)
+        .where(Trial.study_id == study.id)
+        .order_by(Trial.number)
+        .limit(limit)
+        .offset(offset)
+    )
+    return list(session.scalars(query))
+
+
+def study_trials(session: Session, study: Study) -> list[Trial]:
+    query = select(Trial).where(Trial.study_id == study.id).order_by(Trial.number)
+    return list(session.scalars(query))
+
+
+def check_state(state: str) -> TrialState:
+    for known in TRIAL_STATES:
+        if state == known:
+            return known
+    raise StudyError(f"unknown trial state {state!r}; known: {', '.join(TRIAL_STATES)}")
+
+
+def observation(trial: Trial, space: SearchSpace) -> Observation:
+    """A trial as strategies see it; a baseline trial is an ordinary observation."""
+    extra = trial.measurements or {}
+    state: TrialState = check_state(trial.state)
+    return Observation(
+        number=trial.number,
+        # Drop the learning rate (and anything else not tuned) that travels with the params.
+        config={k: v for k, v in trial.params.items() if k in space},
+        state=state,
+        value=trial.value if state == "complete" else None,
+        stderr=extra.get("stderr"),
+        reason=str(extra.get("reason") or ""),
+        context=extra.get("context") or {},
+    )
+
+
+def history(session: Session, study: Study) -> list[Observation]:
+    """The study's trials as frozen observations, in trial-number order."""
+    space = study_space(study)
+    return [observation(t, space) for t in study_trials(session, study)]
+
+
+def best(session: Session, study: Study) -> Trial | None:
+    """The complete trial with the best value for the study's direction (earliest on ties)."""
+    query = select(Trial).where(Trial.study_id == study.id, Trial.state == "complete")
+    order = Trial.value.desc() if study.direction == "maximize" else Trial.value.asc()
+    return session.scalars(query.order_by(order, Trial.number).limit(1)).first()
+
+
+__all__: Sequence[str] = [
+    "SEED_KEY",
+    "StudyError",
+    "best",
+    "check_state",
+    "get_study",
+    "history",
+    "list_studies",
+    "list_trials",
+    "lock_study",
+    "observation",
+    "study_options",
+    "study_space",
+    "study_strategy",
+    "study_trials",
+]
