@@ -110,6 +110,10 @@ def measure_trial(
     inputs = _objective_inputs(session, study, job, trial, options, verdict, warm, now)
     evaluation = get_objective(study.objective).evaluate(inputs)
     measured = {"window": window, "stats": _stats(verdict.stats), "inputs": inputs}
+    # A value accepted at the budget while still noisy counts for less (its stderr says how
+    # much); the flag and the verdict's words say why in the trial itself.
+    measured["noisy"] = verdict.noisy
+    measured["verdict"] = verdict.reason
     # The framebuffer the configuration needed: what the memory bound is fitted on.
     uuids = readings.job_gpu_uuids(job.labels, readings.registered_gpu_uuids(bind, job.id))
     memory = readings.gpu_memory(bind, job.project_id, job.name, uuids, start=warm, end=now)

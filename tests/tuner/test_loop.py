@@ -191,6 +191,8 @@ def test_noisy_measurements_extend_then_are_accepted_with_their_stderr(loop: Loo
     assert trial.state == "complete" and trial.value is not None
     assert trial.extensions == 2
     assert trial.measurements["stderr"] > POLICY.max_rel_stderr * trial.value
+    assert trial.measurements["data"]["noisy"] is True
+    assert "budget" in trial.measurements["data"]["verdict"]
     extends = [e for e in loop.audit() if e.action == "trial.extend"]
     assert len(extends) == 2 and "noise too high" in extends[0].details["reason"]
 
