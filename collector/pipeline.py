@@ -33,12 +33,12 @@ from operator import attrgetter
 
 from prometheus_client import CollectorRegistry
 
-from collector.backoff import Backoff
 from collector.points import Point
 from collector.relabel import Relabeler
 from collector.selfmetrics import CollectorMetrics, rejection_reason
 from collector.sinks.base import Sink, SinkUnavailable
 from collector.spool import Spool, SpoolFull
+from tuneloop.backoff import Backoff
 from tuneloop.storage.timeseries.columns import Batch, sample_count
 from tuneloop.storage.timeseries.types import Rejection, SeriesBatch
 
