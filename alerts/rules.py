@@ -38,6 +38,7 @@ from alerts.templates import TemplateError, check_template
 from tuneloop.storage.timeseries.matchers import parse_matcher
 from tuneloop.storage.timeseries.times import parse_duration
 from tuneloop.storage.timeseries.types import Matcher, SeriesKind
+from tuneloop.strict import refuse_unknown_keys
 
 ALERTNAME = "alertname"
 SEVERITY = "severity"
@@ -344,9 +345,7 @@ class RuleFile:
 def parse_inhibit(data: Any) -> InhibitDefinition:
     if not isinstance(data, Mapping):
         raise RuleError("an inhibit rule is a mapping with source, target and equal")
-    unknown = set(data) - {"source", "target", "equal"}
-    if unknown:
-        raise RuleError(f"inhibit rule: unknown field(s) {', '.join(sorted(unknown))}")
+    refuse_unknown_keys(data, ("source", "target", "equal"), error=RuleError, where="inhibit rule")
     source, target, equal = (list(data.get(key) or []) for key in ("source", "target", "equal"))
     if not source or not target:
         raise RuleError("inhibit rule: source and target need at least one matcher each")

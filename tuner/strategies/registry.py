@@ -6,6 +6,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tuneloop.strict import refuse_unknown_keys
 from tuner.objectives import Direction
 from tuner.space import SearchSpace
 from tuner.strategies.bandit import AdaptiveBandit
@@ -47,10 +48,13 @@ def make_strategy(
         ) from None
     options = dict(options or {})
     accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "space"}
-    unknown = sorted(set(options) - accepted)
-    if unknown:
-        raise UnknownStrategyError(
-            f"strategy {name!r} has no option {', '.join(unknown)}; "
-            f"it takes {', '.join(sorted(accepted - {'direction', 'seed'}))}"
-        )
+    refuse_unknown_keys(
+        options,
+        accepted,
+        error=UnknownStrategyError,
+        where=f"strategy {name!r}",
+        # direction and seed are the study's, not options.
+        message=f"{{path}} has no option {{unknown_joined}}; it takes "
+        f"{', '.join(sorted(accepted - {'direction', 'seed'}))}",
+    )
     return cls(space, direction=direction, seed=seed, **options)
