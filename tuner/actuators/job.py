@@ -199,17 +199,6 @@ def measure(
     return Stats(stats.mean, stats.stderr, stats.n)
 
 
-def begin_write(session: Session) -> None:
-    """Start ``session``'s transaction as a writer. On SQLite a transaction that reads and
-    then writes fails at once ("database is locked") whenever another connection committed
-    in between, which a busy write pipeline does many times a second; taking the write lock
-    first (``BEGIN IMMEDIATE``) makes it wait its turn instead. A no-op elsewhere. Call it
-    before the session's first statement."""
-    connection = session.connection()
-    if connection.dialect.name == "sqlite":
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
-
-
 def needs_reconcile(session: Session, job: Job) -> bool:
     """Whether a pass could do anything: a desired version not released yet, or a change not
     verified yet. A cheap read, so pollers of a settled job never write (on SQLite every
