@@ -35,6 +35,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from alerts.templates import TemplateError, check_template
+from tuneloop.errors import InvalidInput
 from tuneloop.storage.timeseries.matchers import parse_matcher
 from tuneloop.storage.timeseries.times import parse_duration
 from tuneloop.storage.timeseries.types import Matcher, SeriesKind
@@ -77,7 +78,7 @@ _COMPARE: dict[str, Callable[[float, float], bool]] = {
 }
 
 
-class RuleError(ValueError):
+class RuleError(InvalidInput):
     """A rule that cannot be created; ``str()`` is one line with the reason."""
 
 

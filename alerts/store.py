@@ -19,12 +19,11 @@ from alerts.rules import (
     MetricInfo,
     MetricLookup,
     RuleDefinition,
-    RuleError,
     RuleFile,
     check_metrics,
     from_stored,
 )
-from tuneloop.accounts import Conflict, InvalidInput, NotFound
+from tuneloop.errors import Conflict, InvalidInput, NotFound
 from tuneloop.storage.models import (
     AlertInhibition,
     AlertInstance,
@@ -58,10 +57,7 @@ def metric_lookup(session: Session, project_id: int) -> MetricLookup:
 
 
 def check_rule(session: Session, project: Project, rule: RuleDefinition) -> None:
-    try:
-        check_metrics(rule, metric_lookup(session, project.id))
-    except RuleError as exc:
-        raise InvalidInput(str(exc)) from None
+    check_metrics(rule, metric_lookup(session, project.id))  # RuleError: invalid input
 
 
 def definition(row: AlertRule) -> RuleDefinition:

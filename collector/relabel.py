@@ -26,6 +26,7 @@ from typing import Any, Final
 
 import yaml
 
+from tuneloop.errors import InvalidInput
 from tuneloop.storage.timeseries.columns import Batch, expand
 from tuneloop.storage.timeseries.types import SeriesBatch
 from tuneloop.strict import refuse_unknown_keys
@@ -44,7 +45,7 @@ QUOTED: Final = "{where}unknown {noun} {names}; known: {known}"
 _NAME_ONLY_FIELDS = {"action", "regex"}
 
 
-class RelabelConfigError(ValueError):
+class RelabelConfigError(InvalidInput):
     """An invalid relabel configuration; ``str()`` is one line naming the rule and the field."""
 
 

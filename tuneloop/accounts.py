@@ -20,6 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from tuneloop.errors import Conflict, InvalidInput, NotFound
 from tuneloop.storage.models import ApiToken, AuditEntry, Job, Project
 from tuneloop.storage.types import utcnow
 
@@ -34,29 +35,6 @@ TOUCH_INTERVAL: Final = timedelta(minutes=1)
 
 PROJECT_NAME_RE: Final = re.compile(r"[a-z0-9_-]{1,100}")
 _TOKEN_NAME_RE: Final = re.compile(r"[^\x00-\x1f\x7f]{1,100}")
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class AccountError(Exception):
-    """Base of the errors below; ``str()`` is a one-line message safe to show to the caller."""
-
-
-class NotFound(AccountError):
-    """The thing does not exist, or the caller may not know that it exists."""
-
-
-class Conflict(AccountError):
-    """The thing already exists (a unique name is taken)."""
-
-
-class PermissionDenied(AccountError):
-    """The caller is known and sees the thing, but its role does not allow the action."""
-
-
-class InvalidInput(AccountError, ValueError):
-    """A name or value that tuneloop does not accept."""
 
 
 # --------------------------------------------------------------------------- validation

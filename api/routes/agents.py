@@ -46,8 +46,8 @@ from api.schemas import (
 from api.services import agents as agent_service
 from api.services import jobs as job_service
 from tuneloop import accounts
-from tuneloop.accounts import Conflict, NotFound
 from tuneloop.config_events import EVENTS
+from tuneloop.errors import Conflict, NotFound
 from tuneloop.storage import session_scope
 from tuneloop.storage.locks import hold_write_lock
 from tuneloop.storage.models import ApiToken, Job, JobAgent, Project

@@ -19,7 +19,7 @@ from api.deps import (
     require,
 )
 from api.schemas import AdminTokenCreate, Page, TokenCreate, TokenCreated, TokenOut
-from tuneloop import accounts
+from tuneloop import accounts, errors
 from tuneloop.storage.models import ApiToken
 
 router = APIRouter(prefix=API_PREFIX, tags=["tokens"], responses=AUTH_ERRORS)
@@ -59,7 +59,7 @@ def create_project_token(
         f"a {token.role} token cannot create {body.role} tokens",
     )
     if body.role == "admin":
-        raise accounts.InvalidInput("admin tokens belong to no project: POST /api/v1/tokens")
+        raise errors.InvalidInput("admin tokens belong to no project: POST /api/v1/tokens")
     created, secret = accounts.create_token(
         session, project, body.name, body.role, expires_at=body.expires_at
     )

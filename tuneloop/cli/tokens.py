@@ -16,7 +16,7 @@ import typer
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from tuneloop import accounts
+from tuneloop import accounts, errors
 from tuneloop.cli import app
 from tuneloop.cli.common import fail, open_runtime
 from tuneloop.settings import get_settings
@@ -39,7 +39,7 @@ def _session() -> Iterator[Session]:
     try:
         with session_scope(runtime.sessions) as session:
             yield session
-    except accounts.AccountError as exc:
+    except errors.PermanentError as exc:
         fail(str(exc), code=1)
     except SQLAlchemyError as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[:1]

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tuneloop.errors import InvalidInput
 from tuneloop.strict import refuse_unknown_keys
 
 Direction = Literal["maximize", "minimize"]
@@ -17,7 +18,7 @@ LISTED = "unknown {noun} field(s) {{unknown}}; known: {{known}}"
 """The wording of an unknown policy field, which API clients match."""
 
 
-class PolicyError(ValueError):
+class PolicyError(InvalidInput):
     """An actuation policy, or a config checked against it, is invalid."""
 
 

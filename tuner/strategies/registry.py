@@ -6,6 +6,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tuneloop.errors import InvalidInput
 from tuneloop.strict import refuse_unknown_keys
 from tuner.objectives import Direction
 from tuner.space import SearchSpace
@@ -22,7 +23,7 @@ STRATEGIES: Mapping[str, type[BaseStrategy]] = {
 }
 
 
-class UnknownStrategyError(ValueError):
+class UnknownStrategyError(InvalidInput):
     """No strategy of that name, or options it does not take."""
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
+from tuneloop.errors import InvalidInput
 from tuneloop.storage.timeseries.matchers import parse_matcher
 from tuneloop.storage.timeseries.types import Matcher
 from tuneloop.strict import refuse_unknown_keys
@@ -37,7 +38,7 @@ _INT_FIELDS: Final = frozenset({"min_replicas", "max_replicas", "scale_out_pods"
 _OPTIONAL_FIELDS: Final = frozenset({"p99_slo_s", "target_queue_per_replica"})
 
 
-class SpecError(ValueError):
+class SpecError(InvalidInput):
     pass
 
 
