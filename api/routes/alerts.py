@@ -130,8 +130,9 @@ def load_rules(
     """All or nothing: one invalid rule refuses the whole file, every problem listed."""
     _writer(token)
     parsed = parse_rule_file(body.text, source=body.source)  # RuleError: a 422
-    outcome = store.load_rule_file(session, project, parsed, source=body.source)
-    _audit(session, token, project, "alert.rules.load", f"file:{body.source}", outcome)
+    outcome = store.load_rule_file(
+        session, project, parsed, source=body.source, actor=accounts.actor_name(token)
+    )
     return RuleFileOut(**outcome)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
-from sqlalchemy.orm import Session
 
 from api.deps import (
     API_PREFIX,
@@ -33,17 +32,6 @@ def _created(token: ApiToken, secret: str) -> TokenCreated:
     )
 
 
-def _audit_created(session: Session, actor: ApiToken, token: ApiToken) -> None:
-    accounts.record_audit(
-        session,
-        actor=accounts.actor_name(actor),
-        action="token.create",
-        target=f"token:{token.id}",
-        project_id=token.project_id,
-        details={"name": token.name, "role": token.role, "prefix": token.prefix},
-    )
-
-
 @router.post(
     "/projects/{project}/tokens",
     status_code=status.HTTP_201_CREATED,
@@ -61,9 +49,13 @@ def create_project_token(
     if body.role == "admin":
         raise errors.InvalidInput("admin tokens belong to no project: POST /api/v1/tokens")
     created, secret = accounts.create_token(
-        session, project, body.name, body.role, expires_at=body.expires_at
+        session,
+        project,
+        body.name,
+        body.role,
+        expires_at=body.expires_at,
+        actor=accounts.actor_name(token),
     )
-    _audit_created(session, token, created)
     return _created(created, secret)
 
 
@@ -89,9 +81,13 @@ def create_admin_token(
     body: AdminTokenCreate, session: SessionDep, token: AdminToken
 ) -> TokenCreated:
     created, secret = accounts.create_token(
-        session, None, body.name, "admin", expires_at=body.expires_at
+        session,
+        None,
+        body.name,
+        "admin",
+        expires_at=body.expires_at,
+        actor=accounts.actor_name(token),
     )
-    _audit_created(session, token, created)
     return _created(created, secret)
 
 
@@ -122,13 +118,5 @@ def revoke_token(token_id: int, session: SessionDep, token: CurrentToken) -> Res
     if target is None or not accounts.can_see_token(token, target):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"token {token_id} not found")
     require(token.role in ("admin", "member"), "needs a member or admin token")
-    revoked = accounts.revoke_token(session, token_id)
-    accounts.record_audit(
-        session,
-        actor=accounts.actor_name(token),
-        action="token.revoke",
-        target=f"token:{revoked.id}",
-        project_id=revoked.project_id,
-        details={"name": revoked.name, "role": revoked.role, "prefix": revoked.prefix},
-    )
+    accounts.revoke_token(session, token_id, actor=accounts.actor_name(token))
     return Response(status_code=status.HTTP_204_NO_CONTENT)

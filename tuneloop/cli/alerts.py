@@ -85,11 +85,9 @@ def load(
                     found = accounts.get_project_by_name(session, name)
                     if found is None:
                         fail(f"project {name!r} does not exist", 1)
-                    outcome = store.load_rule_file(session, found, parsed, source=source)
-                    accounts.record_audit(
-                        session, actor="cli", action="alert.rules.load",
-                        target=f"file:{source}", project_id=found.id, details=outcome,
-                    )  # fmt: skip
+                    outcome = store.load_rule_file(
+                        session, found, parsed, source=source, actor="cli"
+                    )
             except errors.PermanentError as exc:  # RuleError among them
                 fail(str(exc), 1)
             summary = ", ".join(f"{len(names)} {what}" for what, names in outcome.items())
