@@ -13,7 +13,12 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 CHECKOUT = Path(__file__).resolve().parent.parent
-SHIPPED = ("tuneloop/__init__.py", "tuneloop/learning_rate.py", "tuneloop/agent")
+SHIPPED = (
+    "tuneloop/__init__.py",
+    "tuneloop/learning_rate.py",
+    "tuneloop/backoff.py",
+    "tuneloop/agent",
+)
 """What the agent's distribution owns; the server's wheel excludes exactly these."""
 
 

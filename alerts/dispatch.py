@@ -30,8 +30,8 @@ from alerts.notifiers.email import EmailNotifier
 from alerts.notifiers.pagerduty import PagerDutyNotifier
 from alerts.notifiers.slack import SlackNotifier
 from alerts.notifiers.webhook import WebhookNotifier
-from alerts.retry import backoff_s
 from alerts.routing import Route, group_labels
+from tuneloop.backoff import backoff_delay_s
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import AlertReceiver, Notification
 from tuneloop.storage.types import utcnow
@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 LEASE_MARGIN = timedelta(seconds=30)
 MAX_CLAIM = 500
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 300.0
+"""A failed notification's backoff: 1 s, 2 s, 4 s, ... up to five minutes, each jittered."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +239,13 @@ class Dispatcher:
                 row.next_attempt_at = None
             elif outcome.status == "retry" and row.attempts < max_attempts:
                 row.last_error = outcome.error
-                delay = backoff_s(row.attempts, retry_after_s=outcome.retry_after_s, rng=self.rng)
+                # Never sooner than the receiver's Retry-After.
+                delay = max(
+                    backoff_delay_s(
+                        row.attempts, initial_s=RETRY_FIRST_S, max_s=RETRY_MAX_S, draw=self.rng
+                    ),
+                    outcome.retry_after_s or 0.0,
+                )
                 row.next_attempt_at = now + timedelta(seconds=delay)
             else:
                 row.status, row.last_error, row.next_attempt_at = "failed", outcome.error, None

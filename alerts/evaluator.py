@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, delete, select, text
+from sqlalchemy import Engine, delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from alerts import store
@@ -26,6 +26,7 @@ from alerts.query import evaluate_samples
 from alerts.routing import Route, group_key, routes_for
 from alerts.state import AlertState, Event, State, advance, event_due
 from tuneloop.storage import session_scope
+from tuneloop.storage.locks import LockName, advisory_lock
 from tuneloop.storage.models import (
     AlertInhibition,
     AlertInstance,
@@ -37,8 +38,6 @@ from tuneloop.storage.models import (
 from tuneloop.storage.types import utcnow
 
 log = logging.getLogger(__name__)
-
-_LOCK_NAMESPACE = 0x616C7274  # "alrt": one advisory lock per project on PostgreSQL
 
 
 @dataclass(slots=True)
@@ -119,14 +118,7 @@ class Evaluator:
 def _lock_project(session: Session, project_id: int) -> bool:
     """On PostgreSQL, one evaluator per project at a time (Celery may overlap two ticks).
     SQLite serializes writers itself; its in-process runner runs one pass at a time."""
-    if session.get_bind().dialect.name != "postgresql":
-        return True
-    return bool(
-        session.execute(
-            text("SELECT pg_try_advisory_xact_lock(:namespace, :project)"),
-            {"namespace": _LOCK_NAMESPACE, "project": project_id},
-        ).scalar_one()
-    )
+    return advisory_lock(session, LockName.ALERT_EVALUATION, project_id, wait=False)
 
 
 def _instances_by_rule(

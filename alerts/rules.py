@@ -35,9 +35,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from alerts.templates import TemplateError, check_template
+from tuneloop.errors import InvalidInput
 from tuneloop.storage.timeseries.matchers import parse_matcher
 from tuneloop.storage.timeseries.times import parse_duration
 from tuneloop.storage.timeseries.types import Matcher, SeriesKind
+from tuneloop.strict import refuse_unknown_keys
 
 ALERTNAME = "alertname"
 SEVERITY = "severity"
@@ -76,7 +78,7 @@ _COMPARE: dict[str, Callable[[float, float], bool]] = {
 }
 
 
-class RuleError(ValueError):
+class RuleError(InvalidInput):
     """A rule that cannot be created; ``str()`` is one line with the reason."""
 
 
@@ -344,9 +346,7 @@ class RuleFile:
 def parse_inhibit(data: Any) -> InhibitDefinition:
     if not isinstance(data, Mapping):
         raise RuleError("an inhibit rule is a mapping with source, target and equal")
-    unknown = set(data) - {"source", "target", "equal"}
-    if unknown:
-        raise RuleError(f"inhibit rule: unknown field(s) {', '.join(sorted(unknown))}")
+    refuse_unknown_keys(data, ("source", "target", "equal"), error=RuleError, where="inhibit rule")
     source, target, equal = (list(data.get(key) or []) for key in ("source", "target", "equal"))
     if not source or not target:
         raise RuleError("inhibit rule: source and target need at least one matcher each")

@@ -19,12 +19,12 @@ from alerts.rules import (
     MetricInfo,
     MetricLookup,
     RuleDefinition,
-    RuleError,
     RuleFile,
     check_metrics,
     from_stored,
 )
-from tuneloop.accounts import Conflict, InvalidInput, NotFound
+from tuneloop.accounts import record_audit
+from tuneloop.errors import Conflict, InvalidInput, NotFound
 from tuneloop.storage.models import (
     AlertInhibition,
     AlertInstance,
@@ -58,10 +58,7 @@ def metric_lookup(session: Session, project_id: int) -> MetricLookup:
 
 
 def check_rule(session: Session, project: Project, rule: RuleDefinition) -> None:
-    try:
-        check_metrics(rule, metric_lookup(session, project.id))
-    except RuleError as exc:
-        raise InvalidInput(str(exc)) from None
+    check_metrics(rule, metric_lookup(session, project.id))  # RuleError: invalid input
 
 
 def definition(row: AlertRule) -> RuleDefinition:
@@ -151,11 +148,12 @@ def delete_rule(session: Session, row: AlertRule) -> None:
 
 
 def load_rule_file(
-    session: Session, project: Project, parsed: RuleFile, *, source: str
+    session: Session, project: Project, parsed: RuleFile, *, source: str, actor: str | None = None
 ) -> dict[str, list[str]]:
     """Create or update every rule of a file and replace the inhibit rules it brought before;
     rules earlier loaded from the same ``source`` and now gone are deleted. All or nothing:
-    the first invalid rule raises and the caller rolls back."""
+    the first invalid rule raises and the caller rolls back. With ``actor`` (who loaded it)
+    the audit log gets the outcome."""
     outcome: dict[str, list[str]] = {"created": [], "updated": [], "unchanged": [], "deleted": []}
     existing = {
         row.name: row
@@ -182,6 +180,15 @@ def load_rule_file(
     )
     for inhibit in parsed.inhibit_rules:
         add_inhibition(session, project, inhibit, origin=source)
+    if actor is not None:
+        record_audit(
+            session,
+            actor=actor,
+            action="alert.rules.load",
+            target=f"file:{source}",
+            project_id=project.id,
+            details=outcome,
+        )
     return outcome
 
 

@@ -17,6 +17,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tuneloop.errors import InvalidInput
+
 _ACTION_RE = re.compile(r"\{\{-?\s*(.*?)\s*-?\}\}", re.DOTALL)
 _LABEL_RE = re.compile(
     r"""(?:\$labels|\.Labels)(?:\.([A-Za-z_][A-Za-z0-9_]*)|\[\s*"([^"]*)"\s*\])"""
@@ -25,7 +27,7 @@ _PRINTF_RE = re.compile(r'printf\s+"((?:[^"\\]|\\.)*)"')
 _FUNCTIONS = ("humanizePercentage", "humanizeDuration", "humanize", "toUpper", "toLower")
 
 
-class TemplateError(ValueError):
+class TemplateError(InvalidInput):
     """A template that cannot be rendered; the message says where and why."""
 
 

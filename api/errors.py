@@ -1,7 +1,9 @@
 """One JSON error body for every failure: ``{"detail": ..., "code": ...}``.
 
 ``detail`` is a message (a list of problems for request validation, as FastAPI reports them);
-``code`` is a stable machine-readable word.
+``code`` is a stable machine-readable word. tuneloop's own errors (:mod:`tuneloop.errors`,
+which every component's errors subclass) reach HTTP through one handler and one table, so a
+route raises them and catches none.
 """
 
 from __future__ import annotations
@@ -17,16 +19,26 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tuneloop.accounts import AccountError, Conflict, InvalidInput, NotFound, PermissionDenied
+from tuneloop.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    TemporaryError,
+    TuneloopError,
+)
 
 log = logging.getLogger(__name__)
 
-_ACCOUNT_ERRORS: dict[type[AccountError], tuple[int, str]] = {
+_ERRORS: dict[type[TuneloopError], tuple[int, str]] = {
     NotFound: (404, "not_found"),
     Conflict: (409, "conflict"),
     PermissionDenied: (403, "forbidden"),
     InvalidInput: (422, "invalid_input"),
+    TemporaryError: (503, "unavailable"),
 }
+"""The first of these classes an error is decides its answer; any other permanent error is a
+400."""
 
 _CODES = {
     400: "bad_request",
@@ -71,10 +83,13 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, problems, "validation_error")
 
 
-async def _account_error(_request: Request, exc: Exception) -> JSONResponse:
-    for kind, (status, code) in _ACCOUNT_ERRORS.items():
+async def _tuneloop_error(_request: Request, exc: Exception) -> JSONResponse:
+    for kind, (status, code) in _ERRORS.items():
         if isinstance(exc, kind):
-            return error_response(status, str(exc), code)
+            headers = None
+            if isinstance(exc, TemporaryError):
+                headers = {"Retry-After": str(max(1, round(exc.retry_after_s)))}
+            return error_response(status, str(exc), code, headers)
     return error_response(400, str(exc), "bad_request")
 
 
@@ -92,6 +107,6 @@ async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(AccountError, _account_error)
+    app.add_exception_handler(TuneloopError, _tuneloop_error)
     app.add_exception_handler(OperationalError, _database_unavailable)
     app.add_exception_handler(Exception, _unexpected_error)

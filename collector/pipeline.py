@@ -33,12 +33,13 @@ from operator import attrgetter
 
 from prometheus_client import CollectorRegistry
 
-from collector.backoff import Backoff
 from collector.points import Point
 from collector.relabel import Relabeler
 from collector.selfmetrics import CollectorMetrics, rejection_reason
 from collector.sinks.base import Sink, SinkUnavailable
 from collector.spool import Spool, SpoolFull
+from tuneloop.backoff import Backoff
+from tuneloop.errors import Unavailable
 from tuneloop.storage.timeseries.columns import Batch, sample_count
 from tuneloop.storage.timeseries.types import Rejection, SeriesBatch
 
@@ -66,7 +67,7 @@ def to_batches(points: Iterable[Point]) -> list[SeriesBatch]:
     ]
 
 
-class PipelineFull(Exception):
+class PipelineFull(Unavailable):
     """Nothing of the submission was kept; try again after ``retry_after_s`` seconds (what an
     HTTP receiver sends as ``Retry-After``)."""
 

@@ -26,8 +26,10 @@ from typing import Any, Final
 
 import yaml
 
+from tuneloop.errors import InvalidInput
 from tuneloop.storage.timeseries.columns import Batch, expand
 from tuneloop.storage.timeseries.types import SeriesBatch
+from tuneloop.strict import refuse_unknown_keys
 
 NAME_LABEL: Final = "__name__"
 ACTIONS: Final = ("replace", "keep", "drop", "labeldrop", "labelkeep", "labelmap")
@@ -37,11 +39,13 @@ MAX_RULES: Final = 1000
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _TEMPLATE = re.compile(r"\$(?:\$|\{([a-zA-Z0-9_]+)\}|([a-zA-Z0-9_]+))")
 _FIELDS = {"action", "source_labels", "separator", "regex", "target_label", "replacement"}
+QUOTED: Final = "{where}unknown {noun} {names}; known: {known}"
+"""Unknown keys as YAML shows them, quoted one by one."""
 # labeldrop/labelkeep act on label names only; Prometheus refuses other fields with them.
 _NAME_ONLY_FIELDS = {"action", "regex"}
 
 
-class RelabelConfigError(ValueError):
+class RelabelConfigError(InvalidInput):
     """An invalid relabel configuration; ``str()`` is one line naming the rule and the field."""
 
 
@@ -77,12 +81,15 @@ def parse_rules(data: Any, *, source: str = "relabel config") -> list[Rule]:
     """Check a decoded configuration (a list of rule mappings, or a mapping holding one under
     ``relabel_configs``); empty or ``None`` means no rules."""
     if isinstance(data, Mapping):
-        unknown = set(data) - {"relabel_configs"}
-        if unknown:
-            raise RelabelConfigError(
-                f"{source}: unknown top-level key {sorted(map(str, unknown))[0]!r} "
-                "(expected a list of rules or relabel_configs: [...])"
-            )
+        # Expected: a list of rules, or relabel_configs: [...].
+        refuse_unknown_keys(
+            data,
+            ("relabel_configs",),
+            error=RelabelConfigError,
+            where=source,
+            noun="top-level key",
+            message=QUOTED,
+        )
         data = data.get("relabel_configs")
     if data is None:
         return []
@@ -96,9 +103,9 @@ def parse_rules(data: Any, *, source: str = "relabel config") -> list[Rule]:
 def _parse_rule(item: Any, where: str) -> Rule:
     if not isinstance(item, Mapping):
         raise RelabelConfigError(f"{where}: expected a mapping of fields")
-    unknown = set(item) - _FIELDS
-    if unknown:
-        raise RelabelConfigError(f"{where}: unknown field {sorted(map(str, unknown))[0]!r}")
+    refuse_unknown_keys(
+        item, _FIELDS, error=RelabelConfigError, where=where, noun="field", message=QUOTED
+    )
     action = item.get("action", "replace")
     if action not in ACTIONS:
         raise RelabelConfigError(

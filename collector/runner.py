@@ -13,10 +13,10 @@ import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from collector.backoff import Backoff
 from collector.pipeline import Pipeline, PipelineFull, to_batches
 from collector.sources.base import Source
 from collector.status import SourceStatus, StatusBoard
+from tuneloop.backoff import Backoff
 
 log = logging.getLogger(__name__)
 

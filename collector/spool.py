@@ -38,6 +38,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from tuneloop.errors import TemporaryError
 from tuneloop.storage.timeseries.columns import Batch, expand
 from tuneloop.storage.timeseries.types import Rejection, RejectionCode, SeriesBatch, SeriesKind
 
@@ -56,7 +57,7 @@ _KINDS = frozenset(kind.value for kind in SeriesKind)
 _SWAP = sys.byteorder != "little"  # records are little-endian on every machine
 
 
-class SpoolFull(Exception):
+class SpoolFull(TemporaryError):
     """The spool cannot take this record (size limit, no free slot, or a disk error)."""
 
 

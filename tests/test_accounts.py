@@ -275,3 +275,21 @@ def test_record_audit(session: Session) -> None:
     assert oldest.details == {"labels": {"team": "nlp"}}
     assert [e.id for e in accounts.list_audit(session, project_id=project.id)] == [oldest.id]
     assert session.scalar(select(func.count()).select_from(AuditEntry)) == 2
+
+
+def test_changes_with_an_actor_write_their_own_audit_entry_once(session: Session) -> None:
+    project = accounts.create_project(session, "alpha", max_series=10, actor="cli")
+    token, _ = accounts.create_token(session, project, "ci", "agent", actor="cli")
+    accounts.revoke_token(session, token.id, actor="token:1:root")
+    accounts.create_token(session, project, "quiet", "agent")  # no actor: no entry
+    session.commit()
+    entries = [
+        (e.actor, e.action, e.target, e.project_id, e.details)
+        for e in reversed(accounts.list_audit(session))
+    ]
+    token_details = {"name": "ci", "role": "agent", "prefix": token.prefix}
+    assert entries == [
+        ("cli", "project.create", "project:alpha", project.id, {"name": "alpha", "max_series": 10}),
+        ("cli", "token.create", f"token:{token.id}", project.id, token_details),
+        ("token:1:root", "token.revoke", f"token:{token.id}", project.id, token_details),
+    ]

@@ -20,6 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from tuneloop.errors import Conflict, InvalidInput, NotFound
 from tuneloop.storage.models import ApiToken, AuditEntry, Job, Project
 from tuneloop.storage.types import utcnow
 
@@ -34,29 +35,6 @@ TOUCH_INTERVAL: Final = timedelta(minutes=1)
 
 PROJECT_NAME_RE: Final = re.compile(r"[a-z0-9_-]{1,100}")
 _TOKEN_NAME_RE: Final = re.compile(r"[^\x00-\x1f\x7f]{1,100}")
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class AccountError(Exception):
-    """Base of the errors below; ``str()`` is a one-line message safe to show to the caller."""
-
-
-class NotFound(AccountError):
-    """The thing does not exist, or the caller may not know that it exists."""
-
-
-class Conflict(AccountError):
-    """The thing already exists (a unique name is taken)."""
-
-
-class PermissionDenied(AccountError):
-    """The caller is known and sees the thing, but its role does not allow the action."""
-
-
-class InvalidInput(AccountError, ValueError):
-    """A name or value that tuneloop does not accept."""
 
 
 # --------------------------------------------------------------------------- validation
@@ -88,8 +66,11 @@ def validate_role(role: str) -> Role:
 # --------------------------------------------------------------------------- projects
 
 
-def create_project(session: Session, name: str, *, max_series: int | None = None) -> Project:
-    """Create a project; raises :class:`Conflict` if the name is taken."""
+def create_project(
+    session: Session, name: str, *, max_series: int | None = None, actor: str | None = None
+) -> Project:
+    """Create a project; raises :class:`Conflict` if the name is taken. With ``actor`` (who
+    asked: :func:`actor_name` of a token, or ``"cli"``) the audit log says so."""
     validate_project_name(name)
     if get_project_by_name(session, name) is not None:
         raise Conflict(f"project {name!r} already exists")
@@ -101,6 +82,15 @@ def create_project(session: Session, name: str, *, max_series: int | None = None
             session.add(project)
     except IntegrityError:
         raise Conflict(f"project {name!r} already exists") from None
+    if actor is not None:
+        record_audit(
+            session,
+            actor=actor,
+            action="project.create",
+            target=f"project:{name}",
+            project_id=project.id,
+            details={"name": name, "max_series": max_series},
+        )
     return project
 
 
@@ -167,11 +157,12 @@ def create_token(
     role: str,
     *,
     expires_at: datetime | None = None,
+    actor: str | None = None,
 ) -> tuple[ApiToken, str]:
     """Create a token and return it with its secret (shown once, never stored).
 
     Admin tokens belong to no project (``project`` must be ``None``); member and agent tokens
-    belong to exactly one.
+    belong to exactly one. With ``actor`` the audit log says who created it.
     """
     checked_role = validate_role(role)
     validate_token_name(name)
@@ -195,6 +186,8 @@ def create_token(
     )
     session.add(token)
     session.flush()
+    if actor is not None:
+        _audit_token(session, actor, "token.create", token)
     return token, secret
 
 
@@ -251,15 +244,29 @@ def list_all_tokens(
     return list(session.scalars(query))
 
 
-def revoke_token(session: Session, token_id: int) -> ApiToken:
-    """Revoke a token (idempotent: a revoked token keeps its first ``revoked_at``)."""
+def revoke_token(session: Session, token_id: int, *, actor: str | None = None) -> ApiToken:
+    """Revoke a token (idempotent: a revoked token keeps its first ``revoked_at``). With
+    ``actor`` the audit log says who revoked it."""
     token = get_token(session, token_id)
     if token is None:
         raise NotFound(f"token {token_id} not found")
     if token.revoked_at is None:
         token.revoked_at = utcnow()
         session.flush()
+    if actor is not None:
+        _audit_token(session, actor, "token.revoke", token)
     return token
+
+
+def _audit_token(session: Session, actor: str, action: str, token: ApiToken) -> None:
+    record_audit(
+        session,
+        actor=actor,
+        action=action,
+        target=f"token:{token.id}",
+        project_id=token.project_id,
+        details={"name": token.name, "role": token.role, "prefix": token.prefix},
+    )
 
 
 # --------------------------------------------------------------------------- who may do what

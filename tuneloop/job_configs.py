@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from tuneloop.accounts import Conflict
+from tuneloop.errors import Conflict
 from tuneloop.storage.models import Job, JobConfig
 
 ConfigKind = Literal["desired", "observed"]

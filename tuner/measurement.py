@@ -43,10 +43,12 @@ from typing import Literal, TypeAlias
 
 import numpy as np
 
+from tuneloop.errors import InvalidInput
+
 VerdictAction: TypeAlias = Literal["accept", "wait", "extend", "fail"]
 
 
-class MeasurementError(ValueError):
+class MeasurementError(InvalidInput):
     """A measurement policy is invalid."""
 
 

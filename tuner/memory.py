@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Any, Final
 
+from tuneloop.errors import InvalidInput
 from tuner.space import (
     BATCH_SIZE,
     BUCKET_MB,
@@ -41,7 +42,7 @@ MAX_PREDICTED_OOMS: Final = 1_000
 rule holds fixed); past it the bound is not applied rather than flooding the history."""
 
 
-class MemoryModelError(ValueError):
+class MemoryModelError(InvalidInput):
     """Invalid input to the memory model."""
 
 

@@ -30,12 +30,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
+from tuneloop.errors import InvalidInput
+
 Direction: TypeAlias = Literal["maximize", "minimize"]
 DIRECTIONS: tuple[Direction, ...] = ("maximize", "minimize")
 EvaluationStatus: TypeAlias = Literal["ok", "infeasible", "missing"]
 
 
-class ObjectiveError(ValueError):
+class ObjectiveError(InvalidInput):
     """Unknown objective, or a formula called with values outside its domain."""
 
 

@@ -21,6 +21,7 @@ from typing import Any, TypeAlias, TypeGuard, cast
 
 import numpy as np
 
+from tuneloop.errors import InvalidInput
 from tuneloop.learning_rate import LR_SCALINGS, SYNC_MODES, LrScaling, SyncMode, scaled_lr
 from tuneloop.learning_rate import lr_batch as rule_lr_batch
 
@@ -41,7 +42,7 @@ MAX_GRID = 100_000
 _FORMAT_VERSION = 1
 
 
-class SpaceError(ValueError):
+class SpaceError(InvalidInput):
     """A search space or a configuration is invalid; the message names what and why."""
 
 

@@ -12,7 +12,6 @@ from api.routes.jobs import JobDep
 from api.schemas import ActuatorOut, ApproveIn, ConfigMarkOut
 from api.services import jobs as job_service
 from tuneloop import accounts
-from tuneloop.accounts import InvalidInput
 from tuneloop.storage.models import JobActuator
 from tuner.actuators import job as actuator
 from tuner.actuators.holds import hold
@@ -77,7 +76,7 @@ def set_actuator_policy(
     try:
         parsed = ActuationPolicy.from_dict(policy)
     except PolicyError as exc:
-        raise InvalidInput(f"invalid actuation policy: {exc}") from None
+        raise PolicyError(f"invalid actuation policy: {exc}") from None  # a 422
     row = actuator.set_policy(session, job, parsed)
     accounts.record_job_audit(
         session, token, project, "actuator.policy", job, {"policy": parsed.to_dict()}

@@ -46,15 +46,15 @@ from api.schemas import (
 from api.services import agents as agent_service
 from api.services import jobs as job_service
 from tuneloop import accounts
-from tuneloop.accounts import Conflict, NotFound
 from tuneloop.config_events import EVENTS
+from tuneloop.errors import Conflict, NotFound
 from tuneloop.storage import session_scope
+from tuneloop.storage.locks import hold_write_lock
 from tuneloop.storage.models import ApiToken, Job, JobAgent, Project
 from tuner.actuators.holds import hold
 from tuner.actuators.job import (
     ReconcileConflict,
     adopt_initial,
-    begin_write,
     needs_reconcile,
     reconcile_job,
 )
@@ -194,7 +194,7 @@ def _check(
         due = needs_reconcile(session, job)
     if due:
         with session_scope(runtime.sessions) as session:
-            begin_write(session)
+            hold_write_lock(session)
             job = session.get(Job, ref.job_id)
             try:
                 if job is not None:

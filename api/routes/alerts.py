@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from alerts import store
-from alerts.rules import InhibitDefinition, RuleDefinition, RuleError, duration_s, parse_rule_file
+from alerts.rules import InhibitDefinition, RuleDefinition, duration_s, parse_rule_file
 from api.deps import (
     API_PREFIX,
     AUTH_ERRORS,
@@ -42,7 +42,7 @@ from api.schemas_alerts import (
     SilenceOut,
 )
 from tuneloop import accounts
-from tuneloop.accounts import InvalidInput
+from tuneloop.errors import InvalidInput
 from tuneloop.storage.models import (
     AlertInhibition,
     AlertInstance,
@@ -129,12 +129,10 @@ def load_rules(
 ) -> RuleFileOut:
     """All or nothing: one invalid rule refuses the whole file, every problem listed."""
     _writer(token)
-    try:
-        parsed = parse_rule_file(body.text, source=body.source)
-    except RuleError as exc:
-        raise InvalidInput(str(exc)) from None
-    outcome = store.load_rule_file(session, project, parsed, source=body.source)
-    _audit(session, token, project, "alert.rules.load", f"file:{body.source}", outcome)
+    parsed = parse_rule_file(body.text, source=body.source)  # RuleError: a 422
+    outcome = store.load_rule_file(
+        session, project, parsed, source=body.source, actor=accounts.actor_name(token)
+    )
     return RuleFileOut(**outcome)
 
 

@@ -23,7 +23,7 @@ from api.routes.series import TIME_DOC
 from api.schemas import ErrorBody
 from api.schemas_cost import CostFigures, CostReport
 from tuneloop import cost
-from tuneloop.accounts import InvalidInput
+from tuneloop.errors import InvalidInput
 
 router = APIRouter(
     prefix=f"{API_PREFIX}/projects/{{project}}",

@@ -32,7 +32,7 @@ from api.schemas import (
 from api.services import jobs as job_service
 from api.services.jobs import ConfigKind, JobStatus
 from tuneloop import accounts
-from tuneloop.accounts import InvalidInput
+from tuneloop.errors import InvalidInput
 from tuneloop.job_configs import acknowledged_version, runs_config
 from tuneloop.storage.models import ApiToken, Job, Project
 from tuner.actuators.holds import hold

@@ -27,9 +27,8 @@ router = APIRouter(prefix=f"{API_PREFIX}/projects", tags=["projects"], responses
     summary="Create a project (admin)",
 )
 def create_project(body: ProjectCreate, session: SessionDep, token: AdminToken) -> ProjectOut:
-    project = accounts.create_project(session, body.name, max_series=body.max_series)
-    accounts.record_token_audit(
-        session, token, project, "project.create", f"project:{project.name}", body.model_dump()
+    project = accounts.create_project(
+        session, body.name, max_series=body.max_series, actor=accounts.actor_name(token)
     )
     return ProjectOut.model_validate(project)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
-from sqlalchemy.orm import Session
 
 from api.deps import (
     API_PREFIX,
@@ -19,7 +18,7 @@ from api.deps import (
     require,
 )
 from api.schemas import AdminTokenCreate, Page, TokenCreate, TokenCreated, TokenOut
-from tuneloop import accounts
+from tuneloop import accounts, errors
 from tuneloop.storage.models import ApiToken
 
 router = APIRouter(prefix=API_PREFIX, tags=["tokens"], responses=AUTH_ERRORS)
@@ -30,17 +29,6 @@ IncludeRevoked = Annotated[bool, Query(description="Also list revoked tokens")]
 def _created(token: ApiToken, secret: str) -> TokenCreated:
     return TokenCreated.model_validate(
         {**TokenOut.model_validate(token).model_dump(), "secret": secret}
-    )
-
-
-def _audit_created(session: Session, actor: ApiToken, token: ApiToken) -> None:
-    accounts.record_audit(
-        session,
-        actor=accounts.actor_name(actor),
-        action="token.create",
-        target=f"token:{token.id}",
-        project_id=token.project_id,
-        details={"name": token.name, "role": token.role, "prefix": token.prefix},
     )
 
 
@@ -59,11 +47,15 @@ def create_project_token(
         f"a {token.role} token cannot create {body.role} tokens",
     )
     if body.role == "admin":
-        raise accounts.InvalidInput("admin tokens belong to no project: POST /api/v1/tokens")
+        raise errors.InvalidInput("admin tokens belong to no project: POST /api/v1/tokens")
     created, secret = accounts.create_token(
-        session, project, body.name, body.role, expires_at=body.expires_at
+        session,
+        project,
+        body.name,
+        body.role,
+        expires_at=body.expires_at,
+        actor=accounts.actor_name(token),
     )
-    _audit_created(session, token, created)
     return _created(created, secret)
 
 
@@ -89,9 +81,13 @@ def create_admin_token(
     body: AdminTokenCreate, session: SessionDep, token: AdminToken
 ) -> TokenCreated:
     created, secret = accounts.create_token(
-        session, None, body.name, "admin", expires_at=body.expires_at
+        session,
+        None,
+        body.name,
+        "admin",
+        expires_at=body.expires_at,
+        actor=accounts.actor_name(token),
     )
-    _audit_created(session, token, created)
     return _created(created, secret)
 
 
@@ -122,13 +118,5 @@ def revoke_token(token_id: int, session: SessionDep, token: CurrentToken) -> Res
     if target is None or not accounts.can_see_token(token, target):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"token {token_id} not found")
     require(token.role in ("admin", "member"), "needs a member or admin token")
-    revoked = accounts.revoke_token(session, token_id)
-    accounts.record_audit(
-        session,
-        actor=accounts.actor_name(token),
-        action="token.revoke",
-        target=f"token:{revoked.id}",
-        project_id=revoked.project_id,
-        details={"name": revoked.name, "role": revoked.role, "prefix": revoked.prefix},
-    )
+    accounts.revoke_token(session, token_id, actor=accounts.actor_name(token))
     return Response(status_code=status.HTTP_204_NO_CONTENT)

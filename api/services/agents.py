@@ -16,7 +16,7 @@ from typing import Any, Final
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from tuneloop.accounts import Conflict, InvalidInput, NotFound
+from tuneloop.errors import Conflict, InvalidInput, NotFound
 from tuneloop.storage.models import Job, JobAgent, JobGpu, Project
 from tuneloop.storage.types import utcnow
 

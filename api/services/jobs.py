@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from tuneloop.accounts import Conflict, InvalidInput, NotFound
+from tuneloop.errors import Conflict, InvalidInput, NotFound
 from tuneloop.job_configs import (
     ACK_KEY,
     CONFIG_WRITE_ATTEMPTS,

@@ -1,6 +1,6 @@
 """Reads of the time-series store for the API: plain functions from parsed parameters to
 response bodies. Bad input the store refuses (a range with too many points, too many series,
-a regular expression PostgreSQL rejects) becomes :class:`~tuneloop.accounts.InvalidInput`,
+a regular expression PostgreSQL rejects) becomes :class:`~tuneloop.errors.InvalidInput`,
 which the API answers with 422 and the store's message."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from api.schemas_query import (
     VectorData,
     VectorSample,
 )
-from tuneloop.accounts import InvalidInput
+from tuneloop.errors import InvalidInput
 from tuneloop.storage.timeseries import functions, query
 from tuneloop.storage.timeseries.query import METRIC_LABEL, Bind
 from tuneloop.storage.timeseries.types import Aggregation, Matcher, RangeSeries, SeriesInfo

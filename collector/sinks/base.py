@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from tuneloop.errors import Unavailable
 from tuneloop.storage.timeseries.columns import Batch
 from tuneloop.storage.timeseries.types import WriteResult
 
 
-class SinkUnavailable(Exception):
+class SinkUnavailable(Unavailable):
     """The store cannot be reached right now; nothing of this write was kept. The pipeline
     spools the batches and retries later. Any other exception from :meth:`Sink.write` is
     permanent for those batches: they are counted as rejected and not retried."""

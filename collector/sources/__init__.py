@@ -21,11 +21,12 @@ import os
 from collections.abc import Iterable
 
 from collector.sources.base import Source
+from tuneloop.errors import InvalidInput
 
 SOURCE_KINDS = ("host", "nvml", "dcgm", "scrape", "infiniband")
 
 
-class SourceSpecError(ValueError):
+class SourceSpecError(InvalidInput):
     """A source entry names no known source, lacks a required value, or repeats another."""
 
 

@@ -153,7 +153,7 @@ def test_agent_wheel_in_a_fresh_venv_installs_no_server_package(agent_python: Pa
     assert found["top_level"] == ["tuneloop"]
     assert found["version"] == tuneloop.__version__
     # The agent imports nothing of the server (it is not there to import).
-    allowed = re.compile(r"tuneloop(\.agent(\..+)?|\.learning_rate)?$")
+    allowed = re.compile(r"tuneloop(\.agent(\..+)?|\.learning_rate|\.backoff)?$")
     assert [m for m in found["loaded"] if not allowed.match(m)] == []
 
 

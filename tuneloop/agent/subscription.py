@@ -10,31 +10,19 @@ from __future__ import annotations
 
 import logging
 import queue
-import random
 import threading
 from collections.abc import Callable
 
 import httpx
 
 from tuneloop.agent.client import ControlPlaneClient, ProtocolError, Released
+from tuneloop.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
-
-class Backoff:
-    """Exponential backoff with full jitter, reset on success."""
-
-    def __init__(self, first_s: float = 0.5, max_s: float = 30.0) -> None:
-        self.first_s, self.max_s = first_s, max_s
-        self._attempt = 0
-
-    def next(self) -> float:
-        delay = min(self.max_s, self.first_s * 2**self._attempt)
-        self._attempt += 1
-        return random.uniform(delay / 2, delay)  # noqa: S311 - jitter, not cryptography
-
-    def reset(self) -> None:
-        self._attempt = 0
+RETRY_FIRST_S = 0.5
+RETRY_MAX_S = 30.0
+"""The threads' backoff while the control plane is unreachable."""
 
 
 class ConfigSubscription:
@@ -107,7 +95,7 @@ class ConfigSubscription:
                 self._pending = released
 
     def _poll_loop(self) -> None:
-        backoff = Backoff()
+        backoff = Backoff(RETRY_FIRST_S, RETRY_MAX_S)
         while not self._stop.is_set():
             try:
                 if self._agent_id is None:
@@ -127,13 +115,13 @@ class ConfigSubscription:
                 if self._stop.is_set():
                     return  # the client was closed under a long-poll: that is how it ends
                 self._set_connected(False, exc)
-                delay = backoff.next()
+                delay = backoff.next_delay()
                 if isinstance(exc, ProtocolError) and exc.status < 500:
                     delay = max(delay, 10.0)  # refused: an operator has to act; ask less often
                 self._stop.wait(delay)
 
     def _ack_loop(self) -> None:
-        backoff = Backoff()
+        backoff = Backoff(RETRY_FIRST_S, RETRY_MAX_S)
         item = None
         while True:
             if item is None:
@@ -150,7 +138,7 @@ class ConfigSubscription:
                 backoff.reset()
             except ProtocolError as exc:
                 if exc.status >= 500:
-                    self._stop.wait(backoff.next())
+                    self._stop.wait(backoff.next_delay())
                     continue
                 log.error("acknowledgement of version %d refused: %s", version, exc)
                 item = None
@@ -159,7 +147,7 @@ class ConfigSubscription:
                 if self._stop.is_set():
                     log.warning("version %d not acknowledged: control plane unreachable", version)
                     return
-                self._stop.wait(backoff.next())
+                self._stop.wait(backoff.next_delay())
 
     def _set_connected(self, ok: bool, error: BaseException | None = None) -> None:
         if ok and not self.connected.is_set():

@@ -65,8 +65,8 @@ def load(
     """Create or update the rules of each file (all or nothing per file). Rules a file held
     before and no longer has are deleted; loading the same file again changes nothing."""
     from alerts import store
-    from alerts.rules import RuleError, parse_rule_file
-    from tuneloop import accounts
+    from alerts.rules import parse_rule_file
+    from tuneloop import accounts, errors
     from tuneloop.storage import session_scope
 
     sources = [(str(path.resolve()), path.read_text()) for path in files or []]
@@ -85,12 +85,10 @@ def load(
                     found = accounts.get_project_by_name(session, name)
                     if found is None:
                         fail(f"project {name!r} does not exist", 1)
-                    outcome = store.load_rule_file(session, found, parsed, source=source)
-                    accounts.record_audit(
-                        session, actor="cli", action="alert.rules.load",
-                        target=f"file:{source}", project_id=found.id, details=outcome,
-                    )  # fmt: skip
-            except (RuleError, accounts.AccountError) as exc:
+                    outcome = store.load_rule_file(
+                        session, found, parsed, source=source, actor="cli"
+                    )
+            except errors.PermanentError as exc:  # RuleError among them
                 fail(str(exc), 1)
             summary = ", ".join(f"{len(names)} {what}" for what, names in outcome.items())
             typer.echo(f"{source}: {summary}")

@@ -16,7 +16,7 @@ import typer
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from tuneloop import accounts
+from tuneloop import accounts, errors
 from tuneloop.cli import app
 from tuneloop.cli.common import fail, open_runtime
 from tuneloop.settings import get_settings
@@ -39,7 +39,7 @@ def _session() -> Iterator[Session]:
     try:
         with session_scope(runtime.sessions) as session:
             yield session
-    except accounts.AccountError as exc:
+    except errors.PermanentError as exc:
         fail(str(exc), code=1)
     except SQLAlchemyError as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[:1]
@@ -105,15 +105,7 @@ def token_create(
     with _session() as session:
         owner = _project_or_fail(session, project) if project is not None else None
         token, secret = accounts.create_token(
-            session, owner, name or role, role, expires_at=expires_at
-        )
-        accounts.record_audit(
-            session,
-            actor=CLI_ACTOR,
-            action="token.create",
-            target=f"token:{token.id}",
-            project_id=token.project_id,
-            details={"name": token.name, "role": token.role, "prefix": token.prefix},
+            session, owner, name or role, role, expires_at=expires_at, actor=CLI_ACTOR
         )
     typer.echo(secret)
     where = f"project {project!r}" if project else "every project"
@@ -165,15 +157,7 @@ def token_revoke(
 ) -> None:
     """Revoke a token: requests with it get 401 from now on."""
     with _session() as session:
-        token = accounts.revoke_token(session, token_id)
-        accounts.record_audit(
-            session,
-            actor=CLI_ACTOR,
-            action="token.revoke",
-            target=f"token:{token.id}",
-            project_id=token.project_id,
-            details={"name": token.name, "role": token.role, "prefix": token.prefix},
-        )
+        token = accounts.revoke_token(session, token_id, actor=CLI_ACTOR)
     typer.echo(f"revoked token {token.id} ({token.prefix}, {token.name!r})")
 
 
@@ -184,14 +168,7 @@ def token_revoke(
 def project_create(name: Annotated[str, typer.Argument(help="lowercase, digits, - and _")]) -> None:
     """Create a project (then give it a token with: tuneloop token create --project NAME)."""
     with _session() as session:
-        project = accounts.create_project(session, name)
-        accounts.record_audit(
-            session,
-            actor=CLI_ACTOR,
-            action="project.create",
-            target=f"project:{project.name}",
-            project_id=project.id,
-        )
+        project = accounts.create_project(session, name, actor=CLI_ACTOR)
     typer.echo(f"created project {project.name} (id {project.id})")
 
 

@@ -15,8 +15,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from tuneloop.errors import Unavailable
 
-class DatabaseUnavailable(Exception):
+
+class DatabaseUnavailable(Unavailable):
     """The database cannot be reached; ``str()`` is a one-line explanation for people."""
 
 

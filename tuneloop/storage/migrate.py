@@ -19,16 +19,15 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine
 from sqlalchemy.schema import SchemaItem
 
 import tuneloop
 from tuneloop.storage.engine import check_database, make_engine
+from tuneloop.storage.locks import LockName, advisory_lock
 from tuneloop.storage.models import metadata
 from tuneloop.storage.timeseries.partitions import NAME_PREFIX as PARTITION_PREFIX
 from tuneloop.storage.types import UTCDateTime
-
-_LOCK_KEY = 0x746C4D47  # "tlMG": serializes migrations on PostgreSQL
 
 
 class MigrationError(Exception):
@@ -120,7 +119,7 @@ def _run(url: str, action: str, revision: str) -> None:
         with connection.begin():
             if not sqlite:
                 # Two processes migrating at once: the second waits, then finds nothing to do.
-                connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+                advisory_lock(connection, LockName.MIGRATIONS, key=None)
             config = alembic_config(url)
             config.attributes["connection"] = connection
             if action == "upgrade":

@@ -21,8 +21,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
-from tuneloop import accounts
+from tuneloop import accounts, errors
 from tuneloop.config_events import changed_after_commit
+from tuneloop.errors import TemporaryError
 from tuneloop.job_configs import is_study_outcome, is_study_trial
 from tuneloop.storage.models import Job, JobActuator, JobConfig, JobConfigMark, JobConfigRelease
 from tuneloop.storage.timeseries.query import query_range
@@ -52,7 +53,7 @@ RECENT = timedelta(minutes=5)
 _AUDITED = frozenset({"release", "step", "confirm", "rollback", "refuse", "dry_run"})
 
 
-class ReconcileConflict(RuntimeError):
+class ReconcileConflict(TemporaryError, RuntimeError):
     """Another reconciler changed the job's actuator state meanwhile; retry on the next tick."""
 
 
@@ -82,7 +83,7 @@ def set_policy(session: Session, job: Job, policy: ActuationPolicy) -> JobActuat
 def approve(session: Session, job: Job, version: int) -> JobActuator:
     """Allow the release of desired versions up to ``version``."""
     if protocol.config_version(session, job, "desired", version) is None:
-        raise accounts.NotFound(f"job {job.name!r} has no desired version {version}")
+        raise errors.NotFound(f"job {job.name!r} has no desired version {version}")
     row = ensure_actuator(session, job)
     if (row.approved_version or 0) < version:
         row.approved_version = version
@@ -197,17 +198,6 @@ def measure(
         return None
     stats = window_stats(values)
     return Stats(stats.mean, stats.stderr, stats.n)
-
-
-def begin_write(session: Session) -> None:
-    """Start ``session``'s transaction as a writer. On SQLite a transaction that reads and
-    then writes fails at once ("database is locked") whenever another connection committed
-    in between, which a busy write pipeline does many times a second; taking the write lock
-    first (``BEGIN IMMEDIATE``) makes it wait its turn instead. A no-op elsewhere. Call it
-    before the session's first statement."""
-    connection = session.connection()
-    if connection.dialect.name == "sqlite":
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def needs_reconcile(session: Session, job: Job) -> bool:

@@ -10,10 +10,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tuneloop.errors import InvalidInput
+from tuneloop.strict import refuse_unknown_keys
+
 Direction = Literal["maximize", "minimize"]
+LISTED = "unknown {noun} field(s) {{unknown}}; known: {{known}}"
+"""The wording of an unknown policy field, which API clients match."""
 
 
-class PolicyError(ValueError):
+class PolicyError(InvalidInput):
     """An actuation policy, or a config checked against it, is invalid."""
 
 
@@ -49,9 +54,7 @@ class Bound:
             return cls(values=tuple(data))
         if not isinstance(data, Mapping):
             raise PolicyError(f"bounds.{name}: use {{'min': x, 'max': y}} or a list of values")
-        unknown = set(data) - {"min", "max"}
-        if unknown:
-            raise PolicyError(f"bounds.{name}: unknown field(s) {sorted(unknown)}")
+        refuse_unknown_keys(data, ("min", "max"), error=PolicyError, where=f"bounds.{name}")
         low, high = data.get("min"), data.get("max")
         for end, value in (("min", low), ("max", high)):
             if value is not None and (
@@ -111,11 +114,7 @@ class ActuationPolicy:
         first problem."""
         data = dict(data or {})
         known = set(cls.__dataclass_fields__)
-        unknown = set(data) - known
-        if unknown:
-            raise PolicyError(
-                f"unknown policy field(s) {sorted(unknown)}; known: {', '.join(sorted(known))}"
-            )
+        refuse_unknown_keys(data, known, error=PolicyError, message=LISTED.format(noun="policy"))
         bounds_data = data.get("bounds") or {}
         if not isinstance(bounds_data, Mapping):
             raise PolicyError("bounds must be an object of config key -> bound")
@@ -187,11 +186,7 @@ def _verify_from_dict(data: object) -> VerifyPolicy:
         raise PolicyError("verify must be an object")
     default = VerifyPolicy()
     known = set(VerifyPolicy.__dataclass_fields__)
-    unknown = set(data) - known
-    if unknown:
-        raise PolicyError(
-            f"unknown verify field(s) {sorted(unknown)}; known: {', '.join(sorted(known))}"
-        )
+    refuse_unknown_keys(data, known, error=PolicyError, message=LISTED.format(noun="verify"))
     direction = data.get("direction", default.direction)
     if direction not in ("maximize", "minimize"):
         raise PolicyError(f"verify.direction must be maximize or minimize, got {direction!r}")

@@ -18,8 +18,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tuneloop import job_configs
-from tuneloop.accounts import Conflict, InvalidInput
 from tuneloop.config_events import changed_after_commit
+from tuneloop.errors import Conflict, InvalidInput
 from tuneloop.job_configs import ACK_KEY, ConfigKind, latest_config
 from tuneloop.storage.models import Job, JobActuator, JobConfig, JobConfigMark, JobConfigRelease
 from tuner.actuators.policy_config import ActuationPolicy

@@ -14,8 +14,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tuneloop.storage import session_scope
+from tuneloop.storage.locks import hold_write_lock
 from tuneloop.storage.models import Job, JobConfig
-from tuner.actuators.job import ReconcileConflict, begin_write, needs_reconcile, reconcile_job
+from tuner.actuators.job import ReconcileConflict, needs_reconcile, reconcile_job
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def reconcile_all(
                 if job is None or not needs_reconcile(session, job):
                     continue
             with session_scope(sessions) as session:
-                begin_write(session)
+                hold_write_lock(session)
                 job = session.get(Job, job_id)
                 if job is None:
                     continue

@@ -6,6 +6,8 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tuneloop.errors import InvalidInput
+from tuneloop.strict import refuse_unknown_keys
 from tuner.objectives import Direction
 from tuner.space import SearchSpace
 from tuner.strategies.bandit import AdaptiveBandit
@@ -21,7 +23,7 @@ STRATEGIES: Mapping[str, type[BaseStrategy]] = {
 }
 
 
-class UnknownStrategyError(ValueError):
+class UnknownStrategyError(InvalidInput):
     """No strategy of that name, or options it does not take."""
 
 
@@ -47,10 +49,13 @@ def make_strategy(
         ) from None
     options = dict(options or {})
     accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "space"}
-    unknown = sorted(set(options) - accepted)
-    if unknown:
-        raise UnknownStrategyError(
-            f"strategy {name!r} has no option {', '.join(unknown)}; "
-            f"it takes {', '.join(sorted(accepted - {'direction', 'seed'}))}"
-        )
+    refuse_unknown_keys(
+        options,
+        accepted,
+        error=UnknownStrategyError,
+        where=f"strategy {name!r}",
+        # direction and seed are the study's, not options.
+        message=f"{{path}} has no option {{unknown_joined}}; it takes "
+        f"{', '.join(sorted(accepted - {'direction', 'seed'}))}",
+    )
     return cls(space, direction=direction, seed=seed, **options)

@@ -20,6 +20,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy import Connection, text
 
+from tuneloop.storage.locks import LockName, advisory_lock
 from tuneloop.storage.types import to_micros
 
 PARENT_TABLE = "samples"
@@ -29,9 +30,6 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DAY_US = 86_400 * 1_000_000
 # Guards against a stray timestamp (year 1 or 9999) turning into thousands of DDL statements.
 MAX_PARTITIONS_PER_CALL = 1_000
-
-# Two-key advisory lock (namespace, 0) that serializes partition DDL between processes.
-_PARTITION_LOCK = (0x746C5054, 0)  # "tlPT"
 
 _BOUND_PATTERN = r"FROM \('([^']*)'\) TO \('([^']*)'\)"
 _LIST_SQL = text(
@@ -158,10 +156,7 @@ def _missing(connection: Connection, wanted: list[datetime]) -> list[datetime]:
 
 
 def _lock(connection: Connection) -> None:
-    namespace, key = _PARTITION_LOCK
-    connection.execute(
-        text("SELECT pg_advisory_xact_lock(:namespace, :key)"), {"namespace": namespace, "key": key}
-    )
+    advisory_lock(connection, LockName.PARTITIONS)
 
 
 def _create(connection: Connection, lower: datetime, upper: datetime) -> None:

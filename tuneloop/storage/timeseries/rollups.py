@@ -46,6 +46,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 
+from tuneloop.storage.locks import LockName, advisory_lock
 from tuneloop.storage.models import ROLLUP_TABLES, RollupState, Series, samples
 from tuneloop.storage.types import UTCDateTime, from_micros, to_micros
 
@@ -58,10 +59,6 @@ PARTIAL_FIELDS = ("count", "sum", "min", "max", "last", "last_ts")
 DEFAULT_CHUNK = timedelta(hours=6)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# Serializes rollup passes between processes on PostgreSQL, so concurrent upserts of the same
-# keys cannot deadlock. Two-key form, namespace "tlRU".
-_ROLLUP_LOCK = (0x746C5255, 0)
-
 _series = cast(Table, Series.__table__)
 _state = cast(Table, RollupState.__table__)
 
@@ -319,6 +316,4 @@ def _dialect_insert(dialect: str, table: Table) -> Any:
 
 
 def _lock(connection: Connection) -> None:
-    if connection.dialect.name == "postgresql":
-        namespace, key = _ROLLUP_LOCK
-        connection.execute(select(func.pg_advisory_xact_lock(namespace, key)))
+    advisory_lock(connection, LockName.ROLLUPS)

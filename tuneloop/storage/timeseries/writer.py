@@ -38,6 +38,7 @@ from sqlalchemy import Connection, Engine, Table, func, select, text
 from sqlalchemy.dialects import sqlite
 
 from tuneloop.settings import Settings
+from tuneloop.storage.locks import LockName, advisory_lock, hold_write_lock
 from tuneloop.storage.models import Series
 from tuneloop.storage.timeseries.columns import Batch, SampleColumns, SeriesTable
 from tuneloop.storage.timeseries.partitions import (
@@ -69,8 +70,6 @@ _CACHE_LIMIT = 1_000_000
 _IDENTITY_LIMIT = 250_000
 """Checked (metric, kind, labels) kept before that cache is emptied (about 500 bytes each for
 a dozen labels); a miss only costs the checks and the fingerprint again."""
-# Two-key advisory lock (namespace, project_id) held while a project's series are created.
-_SERIES_LOCK_NAMESPACE = 0x746C5352  # "tlSR"
 # PostgreSQL: the series travel as one JSON document parameter rather than one placeholder per
 # value, so the statement stays short and fixed whatever their number. psycopg re-parses a long
 # statement on every call and escapes text arrays element by element in Python: for 1,000
@@ -785,15 +784,8 @@ def _insert_series(
 def _lock_project(connection: Connection, project_id: int) -> None:
     """Serialize series creation of one project until this transaction ends, so that counting
     and inserting cannot interleave with another writer's and overshoot the cap."""
-    if connection.dialect.name == "postgresql":
-        connection.execute(
-            text("SELECT pg_advisory_xact_lock(:namespace, :project_id)"),
-            {"namespace": _SERIES_LOCK_NAMESPACE, "project_id": project_id},
-        )
-    else:
-        # SQLite has one writer at a time: a write that touches no row still takes the
-        # database's write lock now (waiting up to busy_timeout), before we count.
-        connection.execute(text("DELETE FROM series WHERE 0"))
+    advisory_lock(connection, LockName.SERIES, project_id)
+    hold_write_lock(connection)  # SQLite: one writer at a time, before we count
 
 
 # ---------------------------------------------------------------------- sample storage

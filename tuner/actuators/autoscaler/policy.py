@@ -23,8 +23,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tuneloop.errors import InvalidInput
 
-class ScalePolicyError(ValueError):
+
+class ScalePolicyError(InvalidInput):
     pass
 
 

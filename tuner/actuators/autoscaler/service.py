@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 
 from tuneloop import accounts
 from tuneloop.settings import Settings, get_settings
+from tuneloop.storage.locks import hold_write_lock
 from tuneloop.storage.models import Autoscaler
 from tuner.actuators.autoscaler.policy import Metrics, ScaleDecision, ScalePolicy, ScaleState
 from tuner.actuators.autoscaler.reconcile import ScaleTarget, autoscale
@@ -37,7 +38,6 @@ from tuner.actuators.autoscaler.signals import fleet_metrics
 from tuner.actuators.autoscaler.spec import SpecError, policy_from_dict
 from tuner.actuators.autoscaler.store import Definition, definition_of, target_changes
 from tuner.actuators.autoscaler.targets import TIMEOUT_S, describe_error, open_target
-from tuner.actuators.job import begin_write
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ def _look(session: Session, autoscaler_id: int, now: datetime) -> _Look | PassRe
 
 
 def _locked(session: Session, autoscaler_id: int) -> Autoscaler | None:
-    begin_write(session)
+    hold_write_lock(session)
     # populate_existing: the claim's commit leaves the row loaded (expire_on_commit is off),
     # and the finish must see what changed during the pass.
     return session.scalars(

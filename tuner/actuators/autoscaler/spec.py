@@ -15,8 +15,10 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
+from tuneloop.errors import InvalidInput
 from tuneloop.storage.timeseries.matchers import parse_matcher
 from tuneloop.storage.timeseries.types import Matcher
+from tuneloop.strict import refuse_unknown_keys
 from tuner.actuators.autoscaler.policy import ScalePolicy, ScalePolicyError
 
 TargetKind = Literal["kubernetes", "webhook"]
@@ -36,7 +38,7 @@ _INT_FIELDS: Final = frozenset({"min_replicas", "max_replicas", "scale_out_pods"
 _OPTIONAL_FIELDS: Final = frozenset({"p99_slo_s", "target_queue_per_replica"})
 
 
-class SpecError(ValueError):
+class SpecError(InvalidInput):
     pass
 
 
@@ -56,9 +58,13 @@ def check_target(kind: str, spec: Mapping[str, Any]) -> dict[str, Any]:
 def _only_keys(what: str, spec: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
     if not isinstance(spec, Mapping):
         raise SpecError(f"{what} must be an object with {', '.join(allowed)}")
-    unknown = sorted(set(spec) - set(allowed))
-    if unknown:
-        raise SpecError(f"{what} takes only {', '.join(allowed)}; unknown: {', '.join(unknown)}")
+    refuse_unknown_keys(
+        spec,
+        allowed,
+        error=SpecError,
+        where=what,
+        message="{path} takes only {known}; unknown: {unknown_joined}",
+    )
     missing = [key for key in allowed if key not in spec]
     if missing:
         raise SpecError(f"{what} needs {', '.join(missing)}")
@@ -105,11 +111,7 @@ def policy_from_dict(data: Mapping[str, Any]) -> ScalePolicy:
     """A :class:`ScalePolicy` from its fields; those left out take their defaults."""
     if not isinstance(data, Mapping):
         raise SpecError("the policy must be an object of ScalePolicy fields")
-    unknown = sorted(set(data) - set(_POLICY_FIELDS))
-    if unknown:
-        raise SpecError(
-            f"unknown policy field(s) {', '.join(unknown)}; known: {', '.join(_POLICY_FIELDS)}"
-        )
+    refuse_unknown_keys(data, _POLICY_FIELDS, error=SpecError, noun="policy field(s)")
     missing = [name for name in ("min_replicas", "max_replicas") if name not in data]
     if missing:
         raise SpecError(f"the policy needs {' and '.join(missing)}")
@@ -143,11 +145,7 @@ def check_selector(what: str, data: Mapping[str, Any]) -> dict[str, Any]:
     """A series selector as stored: ``{"metric": name, "match": [PromQL matcher, ...]}``."""
     if not isinstance(data, Mapping) or "metric" not in data:
         raise SpecError(f"the {what} selector needs a metric name")
-    unknown = sorted(set(data) - {"metric", "match"})
-    if unknown:
-        raise SpecError(
-            f"the {what} selector takes metric and match; unknown: {', '.join(unknown)}"
-        )
+    refuse_unknown_keys(data, ("metric", "match"), error=SpecError, where=f"the {what} selector")
     metric, match = data["metric"], data.get("match", [])
     if not isinstance(metric, str) or not 0 < len(metric) <= MAX_METRIC_LENGTH:
         raise SpecError(f"the {what} metric must be a name of 1-{MAX_METRIC_LENGTH} characters")

@@ -13,11 +13,10 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from tuneloop.accounts import Conflict, InvalidInput, NotFound
+from tuneloop.errors import Conflict, NotFound
 from tuneloop.storage.models import Autoscaler, Project
 from tuneloop.storage.types import utcnow
 from tuner.actuators.autoscaler.spec import (
-    SpecError,
     check_selector,
     check_signals,
     check_target,
@@ -53,15 +52,13 @@ def check_definition(
     dry_run: bool,
     enabled: bool,
 ) -> Definition:
-    """Raises :class:`InvalidInput` (HTTP 422) with the first problem found."""
-    try:
-        checked_target = check_target(target_kind, target)
-        parsed = policy_from_dict(policy)
-        p99_selector = check_selector("p99", p99) if p99 is not None else None
-        queue_selector = check_selector("queue", queue) if queue is not None else None
-        check_signals(parsed, p99_selector, queue_selector)
-    except SpecError as exc:
-        raise InvalidInput(str(exc)) from None
+    """Raises :class:`SpecError`, an :class:`InvalidInput` (HTTP 422), with the first
+    problem found."""
+    checked_target = check_target(target_kind, target)
+    parsed = policy_from_dict(policy)
+    p99_selector = check_selector("p99", p99) if p99 is not None else None
+    queue_selector = check_selector("queue", queue) if queue is not None else None
+    check_signals(parsed, p99_selector, queue_selector)
     return Definition(
         target_kind=target_kind,
         target=checked_target,
