@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Final, Literal
 
+from tuneloop.errors import InvalidInput
+from tuneloop.strict import refuse_unknown_keys
 from tuner.measurement import MeasurementError, MeasurementPolicy
 from tuner.memory import DEFAULT_HEADROOM
 
@@ -24,7 +26,10 @@ next step boundary: five minutes covers minute-long steps and a restart from a c
 bounds how long a study waits on a job that is gone (twice this, then it ends failed)."""
 
 
-class OptionsError(ValueError):
+_UNKNOWN_MESSAGE: Final = "unknown {noun} {unknown_joined}; known: {known}"
+
+
+class OptionsError(InvalidInput):
     """An invalid study option."""
 
 
@@ -126,10 +131,7 @@ class StudyOptions:
         """The options stored with a study; keys left out take their defaults (a study created
         before options existed has ``{}``)."""
         data = dict(data or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise OptionsError(f"unknown study option {', '.join(unknown)}")
+        _refuse_unknown(data, cls, "study option")
         if "measurement" in data:
             data["measurement"] = measurement_policy(data["measurement"])
         if "warm_start_from" in data:
@@ -150,12 +152,7 @@ def measurement_policy(data: Mapping[str, Any] | MeasurementPolicy | None) -> Me
         return data
     if not isinstance(data, Mapping):
         raise OptionsError("measurement must be an object")
-    known = {f.name for f in fields(MeasurementPolicy)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise OptionsError(
-            f"unknown measurement option {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-        )
+    _refuse_unknown(data, MeasurementPolicy, "measurement option")
     try:
         return MeasurementPolicy(**data)
     except MeasurementError as exc:
@@ -170,13 +167,13 @@ def memory_policy(data: Mapping[str, Any] | MemoryPolicy | None) -> MemoryPolicy
         return data
     if not isinstance(data, Mapping):
         raise OptionsError("memory must be an object")
-    known = {f.name for f in fields(MemoryPolicy)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise OptionsError(
-            f"unknown memory option {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-        )
+    _refuse_unknown(data, MemoryPolicy, "memory option")
     return MemoryPolicy(**data)
+
+
+def _refuse_unknown(data: Mapping[str, Any], options: type, noun: str) -> None:
+    known = sorted(f.name for f in fields(options))
+    refuse_unknown_keys(data, known, error=OptionsError, noun=noun, message=_UNKNOWN_MESSAGE)
 
 
 def _positive_number(value: object) -> bool:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from tuneloop.errors import InvalidInput
+from tuneloop.storage.locks import hold_write_lock
 from tuneloop.storage.models import Job, Study, Trial
 from tuner.objectives import check_direction
 from tuner.space import SearchSpace
@@ -22,7 +24,7 @@ SEED_KEY = "strategy_seed"
 """Key of ``Study.space`` that holds the strategy's seed."""
 
 
-class StudyError(ValueError):
+class StudyError(InvalidInput):
     """Bad input to a study operation (the entry point answers 4xx, the task does not retry)."""
 
 
@@ -48,16 +50,11 @@ def study_strategy(study: Study) -> BaseStrategy:
 
 def lock_study(session: Session, study: Study) -> None:
     """Hold the study's row until the transaction ends, so one ask or loop step at a time."""
-    # A no-op UPDATE rather than SELECT ... FOR UPDATE: on PostgreSQL both lock the row until
-    # commit, but on SQLite only a write takes the database write lock (waiting busy_timeout)
-    # before we read the history; a plain read would let two asks read the same history and
-    # the second one fail with "database is locked" when it upgrades to write.
-    session.execute(
-        update(Study)
-        .where(Study.id == study.id)
-        .values(state=Study.state)
-        .execution_options(synchronize_session=False)
-    )
+    # On SQLite only a write lock serializes (there are no row locks): take it before the
+    # history is read, so that two asks never read the same history and the second one fail
+    # with "database is locked" when it upgrades to write. On PostgreSQL, the row lock.
+    hold_write_lock(session)
+    session.execute(select(Study.id).where(Study.id == study.id).with_for_update())
 
 
 def list_studies(session: Session, job: Job) -> list[Study]:
