@@ -1,0 +1,1 @@
+"""One module per dashboard, each a function that builds its :class:`~dashboards.board.Board`."""

@@ -1,0 +1,62 @@
+"""The Cost dashboard: GPU-hours, idle GPU-hours and energy per project, team and job."""
+
+from __future__ import annotations
+
+from dashboards.board import PROJECT_VARIABLE, Board
+
+USAGE = (
+    "tuneloop_gpu_usage(${project:sqlstring}, $__timeFrom(), $__timeTo(),\n"
+    "    ${idle_below:sqlstring}::double precision)"
+)
+
+
+def cost_by(column: str, heading: str) -> str:
+    return (
+        f"SELECT coalesce(nullif({column}, ''), '(none)') AS {heading},\n"
+        "       round((sum(gpu_seconds) / 3600)::numeric, 3) AS gpu_hours,\n"
+        "       round((sum(idle_gpu_seconds) / 3600)::numeric, 3) AS idle_gpu_hours,\n"
+        "       round((sum(energy_joules) / 3600000)::numeric, 3) AS energy_kwh\n"
+        f"FROM {USAGE}\n"
+        "GROUP BY 1\n"
+        "ORDER BY 2 DESC, 1"
+    )
+
+
+def cost() -> Board:
+    board = Board(
+        "tuneloop-cost",
+        "Cost",
+        "GPU-hours, idle GPU-hours (average utilization below the threshold in a minute) and "
+        "energy from the DCGM energy counters, per team, job and project, over the period.",
+        variables=[
+            PROJECT_VARIABLE,
+            {
+                "name": "idle_below",
+                "label": "Idle below (%)",
+                "type": "custom",
+                "query": "1,5,10",
+                "current": {"text": "5", "value": "5"},
+                "options": [
+                    {"text": v, "value": v, "selected": v == "5"} for v in ("1", "5", "10")
+                ],
+                "multi": False,
+                "includeAll": False,
+                "hide": 0,
+            },
+        ],
+        time_from="now-30d",
+    )
+    board.add(
+        "stat",
+        "Project total",
+        "SELECT round((sum(gpu_seconds) / 3600)::numeric, 3) AS gpu_hours,\n"
+        "       round((sum(idle_gpu_seconds) / 3600)::numeric, 3) AS idle_gpu_hours,\n"
+        "       round((sum(energy_joules) / 3600000)::numeric, 3) AS energy_kwh\n"
+        f"FROM {USAGE}",
+        fmt="table",
+        width=24,
+        height=5,
+    )
+    board.add("table", "Per team", cost_by("team", "team"), fmt="table")
+    board.add("table", "Per job", cost_by("job", "job"), fmt="table")
+    return board

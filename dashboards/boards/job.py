@@ -1,0 +1,95 @@
+"""The Job dashboard: one training job's step time and its phases, throughput and goodput."""
+
+from __future__ import annotations
+
+from dashboards.board import PROJECT_VARIABLE, Board, annotation, query_variable, timeseries
+from dashboards.panel_sql import GPU_NAME, JOB_FILTER, gauge_sql, grouped_sql
+
+JOBS_OF_PROJECT = (
+    "SELECT j.name FROM jobs AS j JOIN projects AS p ON p.id = j.project_id "
+    "WHERE p.name = ${project:sqlstring} "
+    "UNION SELECT s.labels->>'job' FROM series AS s JOIN projects AS p ON p.id = s.project_id "
+    "WHERE p.name = ${project:sqlstring} AND s.metric = 'tuneloop_step_duration_seconds' "
+    "ORDER BY 1"
+)
+JOB_OF_PROJECT = (
+    "FROM jobs AS j JOIN projects AS p ON p.id = j.project_id "
+    "WHERE p.name = ${project:sqlstring} AND j.name = ${job:sqlstring}"
+)
+
+
+def job() -> Board:
+    board = Board(
+        "tuneloop-job",
+        "Job",
+        "One training job: step time and its phases, throughput, goodput measured by the "
+        "tuner, the GPUs it runs on; the tuner's trials and config changes as annotations.",
+        variables=[PROJECT_VARIABLE, query_variable("job", "Job", JOBS_OF_PROJECT, refresh=2)],
+        annotations=[
+            annotation(
+                "Trials",
+                "SELECT t.started_at AS time, t.completed_at AS timeend,\n"
+                "       'trial ' || t.number || ' ' || t.state || ': ' || t.params::text AS text,\n"
+                "       st.name AS tags\n"
+                "FROM trials AS t JOIN studies AS st ON st.id = t.study_id\n"
+                "JOIN jobs AS j ON j.id = st.job_id JOIN projects AS p ON p.id = j.project_id\n"
+                "WHERE p.name = ${project:sqlstring} AND j.name = ${job:sqlstring}\n"
+                "  AND $__timeFilter(t.started_at)\n"
+                "ORDER BY 1",
+                "purple",
+            ),
+            annotation(
+                "Config changes",
+                "SELECT c.created_at AS time,\n"
+                "       c.kind || ' v' || c.version || ' by ' || c.source || ': '"
+                " || c.config::text AS text,\n"
+                "       c.kind AS tags\n"
+                "FROM job_configs AS c JOIN jobs AS j ON j.id = c.job_id\n"
+                "JOIN projects AS p ON p.id = j.project_id\n"
+                "WHERE p.name = ${project:sqlstring} AND j.name = ${job:sqlstring}\n"
+                "  AND $__timeFilter(c.created_at)\n"
+                "ORDER BY 1",
+                "orange",
+            ),
+        ],
+    )
+    board.add(
+        "timeseries",
+        "Step time per rank",
+        gauge_sql("tuneloop_step_duration_seconds", "'rank ' || (labels->>'rank')", JOB_FILTER),
+        **timeseries("s"),
+    )
+    board.add(
+        "timeseries",
+        "Step phases (mean over ranks)",
+        grouped_sql(
+            "tuneloop_step_phase_seconds", "labels->>'phase'", JOB_FILTER, "sum(sum) / sum(count)"
+        ),
+        **timeseries("s"),
+    )
+    board.add(
+        "timeseries",
+        "Samples per second (all ranks)",
+        grouped_sql("tuneloop_samples_per_second", "'samples/s'", JOB_FILTER, "sum(avg)"),
+        **timeseries("none"),
+    )
+    board.add(
+        "timeseries",
+        "Goodput measured per trial",
+        "SELECT t.completed_at AS time, st.name AS metric, t.value AS value\n"
+        "FROM trials AS t JOIN studies AS st ON st.id = t.study_id\n"
+        "JOIN jobs AS j ON j.id = st.job_id JOIN projects AS p ON p.id = j.project_id\n"
+        "WHERE p.name = ${project:sqlstring} AND j.name = ${job:sqlstring}\n"
+        "  AND st.objective = 'goodput' AND t.state = 'complete'\n"
+        "  AND $__timeFilter(t.completed_at)\n"
+        "ORDER BY 1, 2",
+        **timeseries("none"),
+    )
+    board.add(
+        "timeseries",
+        "GPU utilization of the job's GPUs",
+        gauge_sql("DCGM_FI_DEV_GPU_UTIL", GPU_NAME, JOB_FILTER),
+        **timeseries("percent"),
+        width=24,
+    )
+    return board
