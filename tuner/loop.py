@@ -36,7 +36,7 @@ from typing import Any, Final
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from tuneloop.accounts import InvalidInput
+from tuneloop.errors import InvalidInput
 from tuneloop.job_configs import (
     FAILED_STATUSES,
     REASON_KEY,

@@ -109,7 +109,11 @@ def measure_trial(
         )
     inputs = _objective_inputs(session, study, job, trial, options, verdict, warm, now)
     evaluation = get_objective(study.objective).evaluate(inputs)
-    measured = {"window": window, "stats": _stats(verdict.stats), "inputs": inputs}
+    measured: dict[str, Any] = {
+        "window": window,
+        "stats": _stats(verdict.stats),
+        "inputs": inputs,
+    }
     # A value accepted at the budget while still noisy counts for less (its stderr says how
     # much); the flag and the verdict's words say why in the trial itself.
     measured["noisy"] = verdict.noisy

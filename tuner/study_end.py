@@ -29,7 +29,8 @@ from typing import Any, Final
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tuneloop.accounts import InvalidInput, record_audit
+from tuneloop.accounts import record_audit
+from tuneloop.errors import InvalidInput
 from tuneloop.job_configs import latest_config, study_outcome_source, study_trial_source
 from tuneloop.storage.models import Job, JobConfig, Study, Trial
 from tuneloop.storage.types import utcnow
