@@ -49,6 +49,8 @@ class Speedup:
     difference_s: float
     low_s: float
     high_s: float
+    missed: int = 0
+    """Runs of either config that missed the target (counted at their budget)."""
 
     @property
     def significant(self) -> bool:
@@ -63,14 +65,19 @@ class Speedup:
             difference_s=welch.difference,
             low_s=welch.low,
             high_s=welch.high,
+            missed=sum(len(o.times_s) - o.reached for o in (tuned, other)),
         )
 
     def line(self) -> str:
         word = "faster" if self.ratio >= 1 else "slower"
         sure = "beyond the noise" if self.significant else "within the noise"
+        missed = f"; {self.missed} run(s) missed the target, counted at the budget" * (
+            self.missed > 0
+        )
         return (
             f"tuned vs {self.versus}: {self.ratio:.2f}x {word}, {sure} (difference "
-            f"{self.difference_s:+.2f} s, 95% CI {self.low_s:+.2f} .. {self.high_s:+.2f} s)"
+            f"{self.difference_s:+.2f} s, 95% CI {self.low_s:+.2f} .. {self.high_s:+.2f} s"
+            f"{missed})"
         )
 
 

@@ -128,6 +128,7 @@ def test_table_gives_speedups_with_welch_intervals() -> None:
     assert versus["start"].ratio == pytest.approx(5.0)
     text = "\n".join(lines)
     assert "tuned vs default: 1.83x faster, beyond the noise" in text
+    assert "1 run(s) missed the target, counted at the budget" in lines[5]
     assert "   start         4 x 1" in text and "1/2" in text
     assert "tuned ranks 1 of 2, at 100% of the best config's speed (128 x 2)" in text
     assert "2 CPU burner(s)" in text
