@@ -4,6 +4,9 @@ the demo's small CNN on scikit-learn's bundled digits by default). Its batch siz
 learning rate are set live by the control plane through
 :class:`tuneloop.agent.torch.TunedTraining`.
 
+Two modes, one process per rank, started as ``torchrun`` would (``RANK``, ``WORLD_SIZE``,
+``MASTER_ADDR``, ``MASTER_PORT`` in the environment)::
+
     python -m tuneloop.demo.job tune URL TOKEN PROJECT JOB DATA OUT_DIR --stop-file STOP
     python -m tuneloop.demo.job eval URL TOKEN PROJECT JOB DATA OUT_DIR --batch-size 32 ...
 
