@@ -1,6 +1,7 @@
 """The demo's training job: a real 2-rank PyTorch DistributedDataParallel job (gloo, CPU) with
-the tuneloop agent, training a small CNN on scikit-learn's bundled digits. Its batch size, sync
-period and learning rate are set live by the control plane through
+the tuneloop agent, training one of the workloads of :mod:`tuneloop.demo.workloads` (``--workload``;
+the demo's small CNN on scikit-learn's bundled digits by default). Its batch size, sync period and
+learning rate are set live by the control plane through
 :class:`tuneloop.agent.torch.TunedTraining`.
 
 Two modes, one process per rank, started as ``torchrun`` would (``RANK``, ``WORLD_SIZE``,
@@ -8,6 +9,8 @@ Two modes, one process per rank, started as ``torchrun`` would (``RANK``, ``WORL
 
     python -m tuneloop.demo.job tune URL TOKEN PROJECT JOB DATA OUT_DIR --stop-file STOP
     python -m tuneloop.demo.job eval URL TOKEN PROJECT JOB DATA OUT_DIR --batch-size 32 ...
+
+``DATA`` is the ``.npz`` file the workload's ``save_data`` wrote (``--workload`` names it).
 
 - ``tune`` trains from ``--batch-size``/``--sync-period`` and applies whatever the control
   plane releases, until ``--stop-file`` exists (checked every 10 steps, decided by rank 0).
@@ -17,11 +20,11 @@ Two modes, one process per rank, started as ``torchrun`` would (``RANK``, ``WORL
   scale the agent reports, and with it the goodput the tuner optimizes, is that of training
   towards the target, not of a model long past it; and each episode's time to target is a
   live measurement of the config that ran it.
-- ``eval`` trains one fixed config from fresh weights (seeded) until the validation accuracy
-  reaches ``--target-accuracy`` or the training clock passes ``--time-budget-s``. Evaluation
-  runs every ``--eval-every-samples`` global samples, both ranks scoring half the validation
-  set; the training clock (rank 0's) is paused while it runs, so **time to target** is pure
-  training time.
+- ``eval`` trains one fixed config from fresh weights (seeded) until the validation metric
+  reaches ``--target`` (the workload's own by default) or the training clock passes
+  ``--time-budget-s``. Evaluation runs every ``--eval-every-samples`` global samples, both ranks
+  scoring half the validation set; the training clock (rank 0's) is paused while it runs, so
+  **time to target** is pure training time.
 
 Each rank writes ``OUT_DIR/rank<N>.json``, its own view: steps, the configs applied with
 their steps, the final config and learning rate, the gradient noise scale estimate, throughput
@@ -41,6 +44,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -52,38 +56,19 @@ from torch.nn.parallel import DistributedDataParallel
 
 from tuneloop.agent import Agent
 from tuneloop.agent.torch import TunedTraining
+from tuneloop.demo import workloads
+from tuneloop.demo.workloads.digits import WORKLOAD as DIGITS
+from tuneloop.demo.workloads.digits import build_model as build_model
+from tuneloop.demo.workloads.digits import save_digits as save_digits
+from tuneloop.demo.workloads.spec import Workload, loss, score_sums
 
 WARMUP_STEPS = 5
 """Steps left out of the throughput (the first steps build DDP's buckets and warm caches)."""
-BASE_LR = 0.05
-BASE_BATCH = 32
-"""The learning rate is ``BASE_LR`` at a global batch of ``BASE_BATCH``, scaled by sqrt."""
-LR_SCALING: Final = "sqrt"
-
-
-def build_model() -> nn.Module:
-    return nn.Sequential(
-        nn.Conv2d(1, 16, 3, padding=1),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Flatten(),
-        nn.Linear(16 * 4 * 4, 64),
-        nn.ReLU(),
-        nn.Linear(64, 10),
-    )
-
-
-def save_digits(path: Path, *, validation: int = 360, seed: int = 0) -> None:
-    """scikit-learn's bundled digits (1,797 8x8 images, no download) as ``.npz``: pixels / 16,
-    a fixed split (``seed``) of ``validation`` held-out images and the rest for training."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    x = (digits.data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
-    y = digits.target.astype(np.int64)
-    order = np.random.default_rng(seed).permutation(len(y))
-    val, train = order[:validation], order[validation:]
-    np.savez(path, x_train=x[train], y_train=y[train], x_val=x[val], y_val=y[val])
+BASE_LR = DIGITS.base_lr
+BASE_BATCH = DIGITS.base_batch
+"""The digits job's learning rate is ``BASE_LR`` at a global batch of ``BASE_BATCH``, scaled by
+sqrt (each workload has its own, :class:`~tuneloop.demo.workloads.Workload`)."""
+LR_SCALING: Final = DIGITS.lr_scaling
 
 
 def load_shard(
@@ -118,13 +103,12 @@ def loader_factory(
     return make_loader
 
 
-def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    """Validation accuracy over every rank's share (all-reduced counts)."""
-    with torch.no_grad():
-        correct = (model(x).argmax(dim=1) == y).sum()
-    counts = torch.tensor([float(correct), float(len(y))])
-    dist.all_reduce(counts)
-    return float(counts[0] / counts[1])
+def score(workload: Workload, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """The validation metric over every rank's share (all-reduced sums)."""
+    total, count = score_sums(workload, model, x, y)
+    sums = torch.tensor([total, count], dtype=torch.float64)
+    dist.all_reduce(sums)
+    return float(sums[0] / sums[1])
 
 
 def reinitialize(model: nn.Module, optimizer: torch.optim.Optimizer, seed: int) -> None:
@@ -148,9 +132,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
+    workload = workloads.get(args.workload)
+    if args.target is not None:
+        workload = replace(workload, target=args.target)
     torch.manual_seed(args.seed)
-    model = DistributedDataParallel(build_model())
-    optimizer = torch.optim.SGD(model.parameters(), lr=BASE_LR, momentum=0.9)
+    model = DistributedDataParallel(workload.build_model())
+    optimizer = workload.make_optimizer(model)
     (x, y), (x_val, y_val) = load_shard(Path(args.data), rank, world)
     agent = Agent(
         url=args.url,
@@ -167,20 +154,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         optimizer,
         loader_factory(x, y, seed=args.seed * world + rank),
         config={"batch_size": args.batch_size, "sync_period": args.sync_period},
-        lr_scaling=LR_SCALING,
-        base_lr=BASE_LR,
-        base_batch=BASE_BATCH,
+        lr_scaling=workload.lr_scaling,
+        base_lr=workload.base_lr,
+        base_batch=workload.base_batch,
         noise_every=5,
     )
     input_delay_s, sync_latency_s = args.input_delay_ms / 1000, args.sync_latency_ms / 1000
     stop_file = Path(args.stop_file) if args.stop_file else None
+    eval_every = args.eval_every_samples or workload.eval_every_samples
+    time_budget_s = args.time_budget_s or workload.time_budget_s
     step = 0
     samples = 0  # global samples trained, and those after the warm-up steps
     warm_samples, warm_clock = 0, 0.0
     clock = 0.0  # rank 0's training time, evaluation excluded
     since_eval = 0
     reached: float | None = None
-    best_accuracy = 0.0
+    best: float | None = None
     evaluations: list[tuple[float, float]] = []
     episodes: list[dict[str, Any]] = []  # tune: each run to the target
     episode_started = 0.0
@@ -196,9 +185,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     time.sleep(input_delay_s)
                 last = micro == training.sync_period - 1
                 with timed.phase("forward"):
-                    loss = nn.functional.cross_entropy(model(xb), yb) / training.sync_period
+                    micro_loss = loss(model(xb), yb) / training.sync_period
                 with timed.phase("grad_sync" if last else "backward"):
-                    torch.autograd.backward(loss)  # the last micro-batch's backward all-reduces
+                    # the last micro-batch's backward all-reduces
+                    torch.autograd.backward(micro_loss)
                     if last:
                         time.sleep(sync_latency_s)
             with timed.phase("optimizer"):
@@ -213,18 +203,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             warm_clock += elapsed
         step += 1
         since_eval += step_samples
-        if since_eval < args.eval_every_samples:
+        if since_eval < eval_every:
             continue
         since_eval = 0
-        score = accuracy(model, x_val, y_val)  # no dropout or batch norm: no eval mode
+        value = score(workload, model, x_val, y_val)  # no dropout or batch norm: no eval mode
         if args.mode == "eval":
-            best_accuracy = max(best_accuracy, score)
-            evaluations.append((round(clock, 4), round(score, 4)))
-            if score >= args.target_accuracy:
+            if best is None or workload.higher_is_better == (value > best):
+                best = value
+            evaluations.append((round(clock, 4), round(value, 4)))
+            if workload.reached(value):
                 reached = clock
-            if decide(reached is not None or clock > args.time_budget_s):
+            if decide(reached is not None or clock > time_budget_s):
                 break
-        elif score >= args.target_accuracy:
+        elif workload.reached(value):
             episodes.append(
                 {
                     "end_step": step,
@@ -237,6 +228,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
         "rank": rank,
         "mode": args.mode,
+        "workload": workload.name,
+        "metric": workload.metric,
         "seed": args.seed,
         "steps": step,
         "samples": samples,
@@ -258,9 +251,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result["episodes"] = episodes
     else:
         result.update(
-            target_accuracy=args.target_accuracy,
+            target=workload.target,
             time_to_target_s=reached,
-            best_accuracy=best_accuracy,
+            best_score=best,
             evaluations=evaluations,
         )
     agent.close()
@@ -279,9 +272,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--stop-file", default=None)
     parser.add_argument("--input-delay-ms", type=float, default=2.0)
     parser.add_argument("--sync-latency-ms", type=float, default=25.0)
-    parser.add_argument("--target-accuracy", type=float, default=0.97)
-    parser.add_argument("--time-budget-s", type=float, default=30.0)
-    parser.add_argument("--eval-every-samples", type=int, default=512)
+    parser.add_argument("--workload", choices=workloads.names(), default=DIGITS.name)
+    parser.add_argument(
+        "--target",
+        "--target-accuracy",
+        type=float,
+        default=None,
+        help="the validation metric that ends an eval run or a tune episode [the workload's]",
+    )
+    parser.add_argument("--time-budget-s", type=float, default=None, help="[the workload's]")
+    parser.add_argument("--eval-every-samples", type=int, default=None, help="[the workload's]")
     args = parser.parse_args(argv)
     if args.mode == "tune" and not args.stop_file:
         parser.error("tune needs --stop-file")
