@@ -186,7 +186,7 @@ def tune(
         settings = f"measurement {args.measurement}" if args.measurement else "default measurement"
         say(f"study {study['id']} created ({settings}, {args.trials} trials)")
         study = follow(client, f"{job_url}/studies/{study['id']}", job, args.study_timeout_s)
-        reason = study.get("reason") or study.get("state_reason") or ""
+        reason = study.get("end_reason") or ""
         say(f"study {study['state']} after {(time.monotonic() - started) / 60:.1f} min {reason}")
         best_response = client.get(f"{job_url}/studies/{study['id']}/best")
         best = best_response.json() if best_response.status_code == 200 else None

@@ -43,7 +43,8 @@ def demo(
         import torch  # noqa: F401
     except ImportError:
         fail("the demo needs PyTorch: pip install 'tuneloop[demo]'")
-    from tuneloop.demo.runner import DemoError, DemoPlan, run_demo
+    from tuneloop.demo.processes import DemoError
+    from tuneloop.demo.runner import DemoPlan, run_demo
 
     plan = (
         DemoPlan(trials=3, repeats=2, target_accuracy=0.9, tuned_run_s=3.0, seed=seed)

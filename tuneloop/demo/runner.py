@@ -130,7 +130,7 @@ def study_body(plan: DemoPlan) -> dict[str, Any]:
 def tune(
     plane: ControlPlane, plan: DemoPlan, data: Path, workdir: Path, say: Say
 ) -> dict[str, int]:
-    """Tune the live job; returns the study's best config."""
+    """Tune the live job; returns the config the study left it on."""
     client = plane.client()
     job_url = f"{plane.jobs_url}/{JOB}"
     response = client.post(plane.jobs_url, json={"name": JOB, "status": "running"})
@@ -159,13 +159,13 @@ def tune(
             f"{plan.warmup_s:g} s warm-up + {plan.window_s:g} s window"
         )
         best = _follow(client, f"{job_url}/studies/{study['id']}", job, say)
-        say(f"best config {_fmt(best)}; waiting for the job to run it")
+        say(f"tuned config {_fmt(best)}; waiting for the job to run it")
 
         def running_best() -> bool:
             job.check_alive()
             return bool(client.get(f"{job_url}/config").json()["in_sync"])
 
-        until(running_best, 90, "the job to acknowledge the best config")
+        until(running_best, 90, "the job to acknowledge the tuned config")
         say(f"the job runs the tuned config; letting it train {plan.tuned_run_s:g} s more")
         deadline = time.monotonic() + plan.tuned_run_s
         while time.monotonic() < deadline:
@@ -215,7 +215,8 @@ def _create_study(
 
 
 def _follow(client: httpx.Client, study_url: str, job: RunningJob, say: Say) -> dict[str, int]:
-    """Print each trial as it finishes; return the best config once the study completes."""
+    """Print each trial as it finishes; once the study completes, return the config it left
+    the job on."""
     shown: set[int] = set()
     deadline = time.monotonic() + 1800
     while time.monotonic() < deadline:
@@ -229,10 +230,15 @@ def _follow(client: httpx.Client, study_url: str, job: RunningJob, say: Say) -> 
                 say(f"  trial {trial['number']:2d} {_fmt(trial['params']):>22}  {outcome}{reason}")
         study = client.get(study_url).json()
         if study["state"] == "complete":
-            best = client.get(f"{study_url}/best").json()
-            return {k: int(best["params"][k]) for k in ("batch_size", "sync_period")}
+            # Not /best: the study applies its best only when it beat the starting config
+            # beyond the noise, else it puts the job back. Measure what the job was left on.
+            say(f"study complete: {study.get('end_reason') or 'done'}")
+            job_url = study_url.rsplit("/studies/", 1)[0]
+            desired = client.get(f"{job_url}/config").json()["desired"]["config"]
+            return {k: int(desired[k]) for k in ("batch_size", "sync_period")}
         if study["state"] not in ("running",):
-            raise DemoError(f"the study stopped ({study['state']}); see the audit log")
+            reason = study.get("end_reason") or "see the audit log"
+            raise DemoError(f"the study ended {study['state']}: {reason}")
         time.sleep(1.0)
     raise DemoError("the study did not complete in 30 minutes")
 
