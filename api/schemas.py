@@ -7,8 +7,9 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
-from api.services.jobs import ConfigKind, JobKind, JobStatus, validate_job_name, validate_labels
+from api.services.jobs import JobKind, JobStatus, validate_job_name, validate_labels
 from tuneloop.accounts import Role, validate_project_name, validate_token_name
+from tuneloop.job_configs import ConfigKind
 
 ProjectName = Annotated[
     str,

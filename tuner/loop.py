@@ -44,11 +44,11 @@ from tuneloop.job_configs import (
     acknowledged_version,
     first_acknowledgement,
     latest_config,
+    propose,
     study_trial_source,
 )
 from tuneloop.storage.models import Job, JobConfig, Study, Trial
 from tuner import service, study_end
-from tuner.actuators.protocol import append_config  # checks bounds, wakes the job's agents
 from tuner.loop_measure import ACTOR, Action, StepResult, audit_trial, measure_trial, tell_trial
 from tuner.strategies.base import REASON_OOM, SpaceExhausted
 from tuner.study_baseline import MAX_BASELINE_ATTEMPTS, baseline_trials, start_baseline_trial
@@ -199,7 +199,7 @@ def _write_desired(session: Session, study: Study, job: Job, params: dict[str, A
     # The tuned keys replace theirs; whatever else the job's desired config holds stays.
     previous = latest_config(session, job, "desired")
     config = {**(previous.config if previous is not None else {}), **params}
-    return append_config(session, job, "desired", config, source=study_trial_source(study.id))
+    return propose(session, job, config, source=study_trial_source(study.id))
 
 
 def _ended(outcome: study_end.Outcome) -> StepResult:

@@ -31,11 +31,10 @@ from sqlalchemy.orm import Session
 
 from tuneloop.accounts import record_audit
 from tuneloop.errors import InvalidInput
-from tuneloop.job_configs import latest_config, study_outcome_source, study_trial_source
+from tuneloop.job_configs import latest_config, propose, study_outcome_source, study_trial_source
 from tuneloop.storage.models import Job, JobConfig, Study, Trial
 from tuneloop.storage.types import utcnow
 from tuner import study_records
-from tuner.actuators.protocol import append_config  # checks bounds, wakes the job's agents
 from tuner.objectives import check_direction
 from tuner.space import ParamValue
 from tuner.strategies.base import BestEstimate, Observation, best_estimate, config_key
@@ -96,9 +95,7 @@ def restore_pre_study(session: Session, study: Study, job: Job) -> tuple[JobConf
     if before is None:
         return None, "no pre-study config was recorded: the job stays where it is"
     try:
-        row = append_config(
-            session, job, "desired", before.config, source=study_outcome_source(study.id)
-        )
+        row = propose(session, job, before.config, source=study_outcome_source(study.id))
     except InvalidInput as exc:
         return None, f"the pre-study config could not be restored: {exc}"
     return row, f"the job is back on its pre-study config (version {before.version})"
@@ -108,7 +105,7 @@ def _apply(session: Session, study: Study, job: Job, top: Trial) -> JobConfig:
     # The tuned keys (and their learning rate) replace the pre-study ones; the rest stays.
     before = pre_study_config(session, study) or latest_config(session, job, "desired")
     config = {**(before.config if before is not None else {}), **top.params}
-    return append_config(session, job, "desired", config, source=study_outcome_source(study.id))
+    return propose(session, job, config, source=study_outcome_source(study.id))
 
 
 def complete(session: Session, study: Study, job: Job, why: str, *, actor: str) -> Outcome:

@@ -10,8 +10,7 @@ from fastapi import APIRouter, Body, Query
 from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, ProjectDep, SessionDep, require_member
 from api.routes.jobs import JobDep
 from api.schemas import ActuatorOut, ApproveIn, ConfigMarkOut
-from api.services import jobs as job_service
-from tuneloop import accounts
+from tuneloop import accounts, job_configs
 from tuneloop.storage.models import JobActuator
 from tuner.actuators import job as actuator
 from tuner.actuators.holds import hold
@@ -58,7 +57,7 @@ def _out(row: JobActuator | None) -> ActuatorOut:
 
 @router.get("/actuator", summary="The job's actuation policy and progress")
 def read_actuator(job: JobDep, session: SessionDep) -> ActuatorOut:
-    return _out(job_service.actuator_row(session, job))
+    return _out(job_configs.actuator_row(session, job))
 
 
 @router.put("/actuator", summary="Set the job's actuation policy")
@@ -102,5 +101,5 @@ def config_marks(
     session: SessionDep,
     verdict: Annotated[str | None, Query(pattern="^(bad|good|all)$")] = "bad",
 ) -> list[ConfigMarkOut]:
-    rows = job_service.config_marks(session, job, None if verdict == "all" else verdict)
+    rows = job_configs.config_marks(session, job, None if verdict == "all" else verdict)
     return [ConfigMarkOut.model_validate(row) for row in rows]

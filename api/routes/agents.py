@@ -45,19 +45,14 @@ from api.schemas import (
 )
 from api.services import agents as agent_service
 from api.services import jobs as job_service
-from tuneloop import accounts
+from tuneloop import accounts, job_configs
 from tuneloop.config_events import EVENTS
 from tuneloop.errors import Conflict, NotFound
 from tuneloop.storage import session_scope
-from tuneloop.storage.locks import hold_write_lock
 from tuneloop.storage.models import ApiToken, Job, JobAgent, Project
 from tuner.actuators.holds import hold
-from tuner.actuators.job import (
-    ReconcileConflict,
-    adopt_initial,
-    needs_reconcile,
-    reconcile_job,
-)
+from tuner.actuators.job import adopt_initial
+from tuner.actuators.tasks import reconcile_now
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +86,12 @@ def _agent_out(session: Session, agent: JobAgent, job: Job) -> AgentOut:
 
 def _released_out(session: Session, job: Job) -> ReleasedConfigOut | None:
     """The version the job should run, and what holds back a newer one."""
-    released = job_service.released_config(session, job)
+    released = job_configs.released_config(session, job)
     if released is None:
         return None
     return ReleasedConfigOut(
         **ConfigVersionOut.model_validate(released).model_dump(),
-        held=hold(job_service.actuator_row(session, job)),
+        held=hold(job_configs.actuator_row(session, job)),
     )
 
 
@@ -187,21 +182,8 @@ def _check(
 ) -> ReleasedConfigOut | None:
     """Reconcile the job (releases a waiting desired version at once) and return the released
     version if it is newer than ``after``."""
-    with session_scope(runtime.sessions) as session:
-        job = session.get(Job, ref.job_id)
-        if job is None:
-            raise NotFound(f"job {ref.name!r} not found")
-        due = needs_reconcile(session, job)
-    if due:
-        with session_scope(runtime.sessions) as session:
-            hold_write_lock(session)
-            job = session.get(Job, ref.job_id)
-            try:
-                if job is not None:
-                    with session.begin_nested():
-                        reconcile_job(session, job)
-            except ReconcileConflict:
-                pass  # another reconciler acted; what it released is read below
+    # A conflict means another reconciler acted: what it released is read below.
+    reconcile_now(runtime.sessions, ref.job_id)
     with session_scope(runtime.sessions) as session:
         job = session.get(Job, ref.job_id)
         if job is None:
@@ -296,7 +278,7 @@ def acknowledge(
     agent is registered to another job."""
     try:
         agent = agent_service.agent_of_job(session, job, body.agent_id)
-        observed = job_service.acknowledge(session, job, body.version)
+        observed = job_configs.acknowledge(session, job, body.version)
     except (Conflict, NotFound) as exc:
         _refuse(runtime, token, project, job, body, str(exc))
         raise

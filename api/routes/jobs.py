@@ -30,11 +30,10 @@ from api.schemas import (
     Page,
 )
 from api.services import jobs as job_service
-from api.services.jobs import ConfigKind, JobStatus
-from tuneloop import accounts
+from api.services.jobs import JobStatus
+from tuneloop import accounts, job_configs
 from tuneloop.errors import InvalidInput
-from tuneloop.job_configs import acknowledged_version, runs_config
-from tuneloop.storage.models import ApiToken, Job, Project
+from tuneloop.storage.models import ApiToken, Job, JobConfig, Project
 from tuner.actuators.holds import hold
 
 router = APIRouter(
@@ -98,20 +97,20 @@ def _config_out(row: object) -> ConfigVersionOut:
     return ConfigVersionOut.model_validate(row)
 
 
-def _write_config(
+def _audited(
     session: Session,
     token: ApiToken,
     project: Project,
     job: Job,
-    kind: ConfigKind,
+    row: JobConfig,
     body: ConfigWrite,
 ) -> ConfigVersionOut:
-    row = job_service.append_config(session, job, kind, body.config, source=body.source)
+    """Audit the config version just written and answer it."""
     accounts.record_job_audit(
         session,
         token,
         project,
-        f"job.config.{kind}",
+        f"job.config.{row.kind}",
         job,
         {"version": row.version, "source": row.source, "config": body.config},
     )
@@ -124,9 +123,10 @@ def set_desired_config(
 ) -> ConfigVersionOut:
     """Stores ``config`` as desired version previous + 1 (the first is 1) and returns it."""
     require_member(token, "setting a desired config")
-    if body.source == job_service.ACTUATOR_SOURCE:
+    if body.source == job_configs.ACTUATOR_SOURCE:
         raise InvalidInput(f"source {body.source!r} is reserved for the actuator's own versions")
-    return _write_config(session, token, project, job, "desired", body)
+    row = job_configs.propose(session, job, body.config, source=body.source)
+    return _audited(session, token, project, job, row, body)
 
 
 @router.post(
@@ -139,24 +139,17 @@ def report_observed_config(
 ) -> ConfigVersionOut:
     """A ``desired_version`` in the config must be one released to this job (409 otherwise):
     the tuner takes it as the job's acknowledgement."""
-    job_service.check_reported_acknowledgement(session, job, body.config)
-    return _write_config(session, token, project, job, "observed", body)
+    row = job_configs.report_observed(session, job, body.config, source=body.source)
+    return _audited(session, token, project, job, row, body)
 
 
 @router.get("/{job}/config", summary="Latest desired and latest observed config")
 def read_config(job: JobDep, session: SessionDep) -> JobConfigState:
     """``held``: why the latest desired version is not released yet, and until when."""
-    desired = job_service.latest_config(session, job, "desired")
-    observed = job_service.latest_config(session, job, "observed")
+    now = job_configs.state(session, job)
     return JobConfigState(
-        held=hold(job_service.actuator_row(session, job)),
-        desired=_config_out(desired) if desired else None,
-        observed=_config_out(observed) if observed else None,
-        in_sync=desired is not None
-        and observed is not None
-        # The job says which desired version it runs (an ack), or reports the same config.
-        and (
-            acknowledged_version(observed.config) == desired.version
-            or runs_config(observed.config, desired.config)
-        ),
+        held=hold(job_configs.actuator_row(session, job)),
+        desired=_config_out(now.desired) if now.desired else None,
+        observed=_config_out(now.observed) if now.observed else None,
+        in_sync=now.in_sync,
     )

@@ -1,4 +1,5 @@
-"""Jobs and their desired/observed config versions: plain functions, the caller commits.
+"""Jobs: plain functions, the caller commits. Their config versions are the domain's
+(:mod:`tuneloop.job_configs`).
 
 A job is addressed by name or by id: a reference made only of digits is an id, anything else
 a name (job names therefore may not be all digits).
@@ -15,28 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tuneloop.errors import Conflict, InvalidInput, NotFound
-from tuneloop.job_configs import (
-    ACK_KEY,
-    CONFIG_WRITE_ATTEMPTS,
-    ConfigKind,
-    acknowledged_version,
-    latest_config,
-)
 from tuneloop.storage.models import Job, Project
-from tuner.actuators.protocol import (  # the one protocol of desired and observed versions
-    ACTUATOR_SOURCE,
-    ReleaseReason,
-    UnknownVersion,
-    acknowledge,
-    actuation_policy,
-    actuator_row,
-    append_config,
-    config_marks,
-    config_version,
-    is_released,
-    release,
-    released_config,
-)
 
 JobKind = Literal["training", "inference"]
 JobStatus = Literal["pending", "running", "paused", "succeeded", "failed", "cancelled"]
@@ -45,23 +25,6 @@ JOB_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}")
 LABEL_NAME_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 MAX_LABELS: Final = 64
 MAX_LABEL_VALUE_LEN: Final = 1024
-
-
-def check_reported_acknowledgement(session: Session, job: Job, config: Mapping[str, Any]) -> None:
-    """An observed config that names the desired version it runs (``desired_version``) is an
-    acknowledgement, which the tuner trusts: refused with :class:`UnknownVersion` unless that
-    version was released to this job, as on the agents' ack route."""
-    if ACK_KEY not in config:
-        return
-    version = acknowledged_version(config)
-    if (
-        version is None
-        or config_version(session, job, "desired", version) is None
-        or not is_released(session, job, version)
-    ):
-        raise UnknownVersion(
-            f"{ACK_KEY} {config[ACK_KEY]!r} was never released to job {job.name!r}"
-        )
 
 
 def validate_job_name(name: str) -> str:
@@ -172,26 +135,11 @@ def update_job(
 
 
 __all__ = [
-    "ACTUATOR_SOURCE",
-    "CONFIG_WRITE_ATTEMPTS",
-    "ConfigKind",
     "JobKind",
     "JobStatus",
-    "ReleaseReason",
-    "UnknownVersion",
-    "acknowledge",
-    "actuation_policy",
-    "actuator_row",
-    "append_config",
-    "config_marks",
-    "config_version",
     "create_job",
     "get_job",
-    "is_released",
-    "latest_config",
     "list_jobs",
-    "release",
-    "released_config",
     "update_job",
     "validate_job_name",
     "validate_labels",

@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from api.services import jobs as job_service
 from tests.api.conftest import Minter, bearer
-from tuneloop import accounts
+from tuneloop import accounts, job_configs
 from tuneloop.runtime import Runtime
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import AuditEntry, JobConfig
@@ -225,7 +225,7 @@ def test_concurrent_desired_writes_get_consecutive_versions(runtime: Runtime) ->
                 owner = accounts.get_project_by_name(session, "race")
                 assert owner is not None
                 job = job_service.get_job(session, owner, "train")
-                row = job_service.append_config(session, job, "desired", {"w": worker, "s": step})
+                row = job_configs.propose(session, job, {"w": worker, "s": step})
                 versions.append(row.version)
         return versions
 

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from tuneloop.job_configs import ACK_KEY, REASON_KEY, STATUS_KEY, append_config
+from tuneloop.job_configs import ACK_KEY, REASON_KEY, STATUS_KEY, append_version, propose
 from tuneloop.storage import session_factory, session_scope
 from tuneloop.storage.models import Job, JobConfig, Project
 from tuneloop.storage.timeseries.types import SeriesBatch, SeriesKind
@@ -47,7 +47,7 @@ def make_job(
     session.add(job)
     session.flush()
     if config is not None:
-        append_config(session, job, "desired", config, source="agent")
+        propose(session, job, config, source="agent")
     return job
 
 
@@ -129,7 +129,7 @@ def report(
     with session_scope(session_factory(engine)) as session:
         job = session.get(Job, job_id)
         assert job is not None
-        row = append_config(session, job, "observed", body, source="agent")
+        row = append_version(session, job, "observed", body, source="agent")
         row.created_at = at
         return row.version
 

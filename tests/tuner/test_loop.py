@@ -267,9 +267,9 @@ def test_a_desired_config_written_by_someone_else_supersedes_the_trial(loop: Loo
     with session_scope(session_factory(loop.engine)) as session:
         job = session.get(Job, loop.job_id)
         assert job is not None
-        from tuneloop.job_configs import append_config
+        from tuneloop.job_configs import propose
 
-        append_config(session, job, "desired", {"batch_size": 8}, source="api")
+        propose(session, job, {"batch_size": 8}, source="api")
     told = loop.step(1)
     assert told.detail == "failed: superseded by desired version 2 (api)"
     assert loop.step(2) == StepResult("skip", detail="study is stopped"), "theirs stays"

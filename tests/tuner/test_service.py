@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from tuneloop.job_configs import append_config
+from tuneloop.job_configs import propose
 from tuneloop.storage import make_engine, session_factory, session_scope
 from tuneloop.storage.models import AuditEntry, Job, Project, Study
 from tuner import service
@@ -38,7 +38,7 @@ def _job(session: Session) -> Job:
     job = Job(project_id=project.id, name="train")
     session.add(job)
     session.flush()
-    append_config(session, job, "desired", {"batch_size": 64, "sync_period": 1}, source="agent")
+    propose(session, job, {"batch_size": 64, "sync_period": 1}, source="agent")
     return job
 
 

@@ -5,10 +5,11 @@
 * :mod:`tuner.actuators.job`: the reconcile loop that applies it to the store, idempotently.
 * :mod:`tuner.actuators.tasks`: the periodic task that reconciles every job with a policy.
 
-The API and the tuning loop use the modules in ``__all__``: ``protocol`` (a job's config
-versions: append, acknowledge, release), ``policy_config`` (a stored policy, checked), ``job``
-and ``holds`` (a reconcile pass and its holds) and ``tasks``; ``autoscaler`` has its own.
+The API and the tuning loop use the modules in ``__all__``: ``policy_config`` (a stored
+policy, checked), ``job`` and ``holds`` (a reconcile pass and its holds) and ``tasks`` (one
+job's reconcile now, and the periodic pass); ``autoscaler`` has its own. A job's config
+versions and their protocol are the domain's (:mod:`tuneloop.job_configs`).
 """
 
 # Modules, not names: importing the package loads none of them.
-__all__ = ["autoscaler", "holds", "job", "policy_config", "protocol", "tasks"]
+__all__ = ["autoscaler", "holds", "job", "policy_config", "tasks"]

@@ -21,15 +21,15 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
-from tuneloop import accounts, errors
+from tuneloop import accounts, errors, job_configs
 from tuneloop.config_events import changed_after_commit
 from tuneloop.errors import TemporaryError
-from tuneloop.job_configs import is_study_outcome, is_study_trial
+from tuneloop.job_configs import ReleaseReason, is_study_outcome, is_study_trial
 from tuneloop.storage.models import Job, JobActuator, JobConfig, JobConfigMark, JobConfigRelease
 from tuneloop.storage.timeseries.query import query_range
 from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp
 from tuneloop.storage.types import utcnow
-from tuner.actuators import holds, protocol
+from tuner.actuators import holds
 from tuner.actuators.policy import (
     Decision,
     Stats,
@@ -59,7 +59,7 @@ class ReconcileConflict(TemporaryError, RuntimeError):
 
 def ensure_actuator(session: Session, job: Job) -> JobActuator:
     """The job's actuator row, created with the default policy when missing."""
-    row = protocol.actuator_row(session, job)
+    row = job_configs.actuator_row(session, job)
     if row is not None:
         return row
     row = JobActuator(job_id=job.id, policy={}, conditions={})
@@ -67,7 +67,7 @@ def ensure_actuator(session: Session, job: Job) -> JobActuator:
         with session.begin_nested():
             session.add(row)
     except IntegrityError:
-        found = protocol.actuator_row(session, job)
+        found = job_configs.actuator_row(session, job)
         assert found is not None
         return found
     return row
@@ -82,7 +82,7 @@ def set_policy(session: Session, job: Job, policy: ActuationPolicy) -> JobActuat
 
 def approve(session: Session, job: Job, version: int) -> JobActuator:
     """Allow the release of desired versions up to ``version``."""
-    if protocol.config_version(session, job, "desired", version) is None:
+    if job_configs.config_version(session, job, "desired", version) is None:
         raise errors.NotFound(f"job {job.name!r} has no desired version {version}")
     row = ensure_actuator(session, job)
     if (row.approved_version or 0) < version:
@@ -101,11 +101,11 @@ def adopt_initial(session: Session, job: Job, config: Mapping[str, Any]) -> JobC
     ``changed_at`` stays unset: registering changes nothing, so the freeze does not hold the
     job's first change."""
     row = ensure_actuator(session, job)
-    released = protocol.released_config(session, job)
+    released = job_configs.released_config(session, job)
     if released is not None:
         return released
-    version = protocol.append_config(session, job, "desired", config, source="agent")
-    protocol.release(session, job, version.version, "goal")
+    version = job_configs.propose(session, job, config, source="agent")
+    job_configs.release(session, job, version.version, "goal")
     row.goal_version = row.released_version = row.last_good_version = version.version
     session.flush()
     return version
@@ -119,7 +119,7 @@ def _goal_version(session: Session, job: Job, row: JobActuator) -> int | None:
         select(func.max(JobConfig.version)).where(
             JobConfig.job_id == job.id,
             JobConfig.kind == "desired",
-            JobConfig.source != protocol.ACTUATOR_SOURCE,
+            JobConfig.source != job_configs.ACTUATOR_SOURCE,
         )
     )
     if newest is not None and newest > (row.goal_version or 0):
@@ -128,7 +128,7 @@ def _goal_version(session: Session, job: Job, row: JobActuator) -> int | None:
 
 
 def _desired(session: Session, job: Job, number: int | None) -> JobConfig | None:
-    return None if number is None else protocol.config_version(session, job, "desired", number)
+    return None if number is None else job_configs.config_version(session, job, "desired", number)
 
 
 def role_of(source: str | None) -> VersionRole:
@@ -204,7 +204,7 @@ def needs_reconcile(session: Session, job: Job) -> bool:
     """Whether a pass could do anything: a desired version not released yet, or a change not
     verified yet. A cheap read, so pollers of a settled job never write (on SQLite every
     write competes for the one writer lock)."""
-    row = protocol.actuator_row(session, job)
+    row = job_configs.actuator_row(session, job)
     newest = session.scalar(
         select(func.max(JobConfig.version)).where(
             JobConfig.job_id == job.id, JobConfig.kind == "desired"
@@ -231,7 +231,7 @@ def reconcile_job(session: Session, job: Job, *, now: datetime | None = None) ->
     if goal_number != row.goal_version:
         row.goal_version = goal_number
     goal = _desired(session, job, goal_number)
-    released = protocol.released_config(session, job)
+    released = job_configs.released_config(session, job)
     view = View(
         now=now.timestamp(),
         goal=_as_version(goal),
@@ -287,11 +287,13 @@ def _apply(
         if row.released_version is not None and version < row.released_version:
             # Steps overtook the goal's number: released versions only grow, so that agents
             # can ask for "newer than what I run", hence a copy of the goal under a new number.
-            goal = protocol.config_version(session, job, "desired", version)
+            goal = job_configs.config_version(session, job, "desired", version)
             assert goal is not None
             # A copy of a study's version keeps its source, so it stays what it was.
-            source = protocol.ACTUATOR_SOURCE if role_of(goal.source) == "change" else goal.source
-            copy = protocol.append_config(session, job, "desired", goal.config, source=source)
+            source = (
+                job_configs.ACTUATOR_SOURCE if role_of(goal.source) == "change" else goal.source
+            )
+            copy = job_configs.propose(session, job, goal.config, source=source)
             version = copy.version
         verified = decision.reason == "goal"  # a study's versions are measured by the study
         _release(session, job, row, policy if verified else None, version, "goal", now)
@@ -303,8 +305,8 @@ def _apply(
             _mark(session, job, version, "good", decision, None)
     elif decision.action == "step":
         assert decision.config is not None
-        step = protocol.append_config(
-            session, job, "desired", decision.config, source=protocol.ACTUATOR_SOURCE
+        step = job_configs.propose(
+            session, job, decision.config, source=job_configs.ACTUATOR_SOURCE
         )
         _release(session, job, row, policy, step.version, "step", now)
     elif decision.action == "confirm":
@@ -314,10 +316,10 @@ def _apply(
     elif decision.action == "rollback":
         assert decision.version is not None and decision.config is not None
         _mark(session, job, decision.version, "bad", decision, row.baseline)
-        back = protocol.append_config(
-            session, job, "desired", decision.config, source=protocol.ACTUATOR_SOURCE
+        back = job_configs.propose(
+            session, job, decision.config, source=job_configs.ACTUATOR_SOURCE
         )
-        protocol.release(session, job, back.version, "rollback")
+        job_configs.release(session, job, back.version, "rollback")
         # The version rolled back to is known good: nothing to verify. It supersedes the goal
         # that led to the bad version, not one written since (a study's next trial): that
         # stays the goal and is released next.
@@ -366,7 +368,7 @@ def _release(
     row: JobActuator,
     policy: ActuationPolicy | None,
     version: int,
-    reason: protocol.ReleaseReason,
+    reason: ReleaseReason,
     now: datetime,
 ) -> None:
     """Release ``version``; with ``policy`` (a change to verify) measure the baseline first."""
@@ -374,7 +376,7 @@ def _release(
     if policy is not None and policy.verify.enabled:
         stats = _baseline(session, job, row, policy, now)
         baseline = stats.to_dict() if stats is not None else None
-    protocol.release(session, job, version, reason)
+    job_configs.release(session, job, version, reason)
     row.released_version = version
     row.changed_at = now
     row.baseline = baseline
@@ -388,7 +390,7 @@ def _mark(
     decision: Decision,
     baseline: Mapping[str, Any] | None,
 ) -> None:
-    config = protocol.config_version(session, job, "desired", version)
+    config = job_configs.config_version(session, job, "desired", version)
     existing = session.scalars(
         select(JobConfigMark).where(
             JobConfigMark.job_id == job.id, JobConfigMark.version == version

@@ -1,8 +1,9 @@
-"""The job actuator's periodic task: one reconcile pass over every job that needs one.
+"""Reconcile passes: :func:`reconcile_now` for one job, and the periodic task over every job
+that needs one.
 
-Agents' long-polls already reconcile their own job at once; this task is what moves jobs
-whose agents are not polling right now (freeze windows ending, verifications coming due,
-approvals) and what a Celery deployment runs on its workers.
+Agents' long-polls reconcile their own job at once through :func:`reconcile_now`; the
+periodic task is what moves jobs whose agents are not polling right now (freeze windows
+ending, verifications coming due, approvals) and what a Celery deployment runs on its workers.
 """
 
 from __future__ import annotations
@@ -41,25 +42,39 @@ def reconcile_all(
         )
     counts: dict[str, int] = {}
     for job_id in job_ids:
-        action: str
+        action: str | None
         try:
-            with session_scope(sessions) as session:
-                job = session.get(Job, job_id)
-                if job is None or not needs_reconcile(session, job):
-                    continue
-            with session_scope(sessions) as session:
-                hold_write_lock(session)
-                job = session.get(Job, job_id)
-                if job is None:
-                    continue
-                action = reconcile_job(session, job, now=now).action
-        except ReconcileConflict:
-            action = "conflict"
+            action = reconcile_now(sessions, job_id, now=now)
         except Exception:
             log.exception("reconciling job %d failed; it is retried on the next tick", job_id)
             action = "error"
-        counts[action] = counts.get(action, 0) + 1
+        if action is not None:
+            counts[action] = counts.get(action, 0) + 1
     return counts
+
+
+def reconcile_now(
+    sessions: sessionmaker[Session], job_id: int, *, now: datetime | None = None
+) -> str | None:
+    """One reconcile pass of job ``job_id`` in a transaction of its own, if it needs one.
+    Returns the decision's action, ``conflict`` when another reconciler acted first (what it
+    did stands), or ``None`` when there was nothing to do or the job is gone.
+
+    The cheap check runs first in a read-only transaction: pollers of a settled job never
+    take SQLite's one writer lock."""
+    with session_scope(sessions) as session:
+        job = session.get(Job, job_id)
+        if job is None or not needs_reconcile(session, job):
+            return None
+    try:
+        with session_scope(sessions) as session:
+            hold_write_lock(session)
+            job = session.get(Job, job_id)
+            if job is None:
+                return None
+            return reconcile_job(session, job, now=now).action
+    except ReconcileConflict:
+        return "conflict"
 
 
 def run_reconcile(sessions: sessionmaker[Session]) -> None:

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.services import jobs as job_service
-from tuneloop import accounts
+from tuneloop import accounts, job_configs
 from tuneloop.job_configs import study_outcome_source, study_trial_source
 from tuneloop.storage import session_factory, session_scope
 from tuneloop.storage.models import AuditEntry, Job, JobConfigRelease
@@ -65,7 +65,7 @@ def desire(sessions: sessionmaker[Session], job_id: int, config: dict[str, int])
     with session_scope(sessions) as session:
         job = session.get(Job, job_id)
         assert job is not None
-        return job_service.append_config(session, job, "desired", config, source="tuner").version
+        return job_configs.propose(session, job, config, source="tuner").version
 
 
 def counts(sessions: sessionmaker[Session]) -> tuple[int, int]:
@@ -100,17 +100,17 @@ def test_a_worse_change_is_rolled_back_and_marked_bad(
     with session_scope(sessions) as session:
         job = session.get(Job, job_id)
         assert job is not None
-        released = job_service.released_config(session, job)
+        released = job_configs.released_config(session, job)
         assert released is not None
         assert (released.version, released.config, released.source) == (
             3,
             {"batch_size": 16},
             "actuator",
         )
-        [bad] = job_service.config_marks(session, job)
+        [bad] = job_configs.config_marks(session, job)
         assert (bad.version, bad.config, bad.reason) == (2, {"batch_size": 64}, "objective_worse")
         assert bad.evidence["baseline"]["mean"] == pytest.approx(1000, rel=0.05)
-        state = job_service.actuator_row(session, job)
+        state = job_configs.actuator_row(session, job)
         assert state is not None
         assert (state.goal_version, state.released_version, state.last_good_version) == (3, 3, 3)
         actions = list(
@@ -137,8 +137,8 @@ def test_a_better_change_is_kept_and_marked_good(
     with session_scope(sessions) as session:
         job = session.get(Job, job_id)
         assert job is not None
-        assert job_service.config_marks(session, job) == []
-        [good] = job_service.config_marks(session, job, "good")
+        assert job_configs.config_marks(session, job) == []
+        [good] = job_configs.config_marks(session, job, "good")
         assert good.version == 2
 
 
@@ -171,7 +171,7 @@ def test_steps_walk_towards_the_goal_one_freeze_window_at_a_time(
         ]
         # The goal (2) is reached under a new number: released versions only grow.
         assert released == [(1, "goal"), (3, "step"), (4, "goal")]
-        final = job_service.released_config(session, job)
+        final = job_configs.released_config(session, job)
         assert final is not None
         assert final.config == {"batch_size": 64}
 
@@ -210,7 +210,7 @@ def study_desire(
     with session_scope(sessions) as session:
         job = session.get(Job, job_id)
         assert job is not None
-        return job_service.append_config(session, job, "desired", config, source=source).version
+        return job_configs.propose(session, job, config, source=source).version
 
 
 def progress(sessions: sessionmaker[Session], job_id: int) -> tuple[int | None, ...]:
@@ -218,7 +218,7 @@ def progress(sessions: sessionmaker[Session], job_id: int) -> tuple[int | None, 
     with session_scope(sessions) as session:
         job = session.get(Job, job_id)
         assert job is not None
-        state = job_service.actuator_row(session, job)
+        state = job_configs.actuator_row(session, job)
         assert state is not None
         return state.goal_version, state.released_version, state.last_good_version
 
@@ -261,8 +261,8 @@ def test_a_studys_trials_are_released_unverified_and_never_become_last_good(
     with session_scope(sessions) as session:
         job = session.get(Job, job_id)
         assert job is not None
-        assert job_service.config_marks(session, job, None) == [
-            m for m in job_service.config_marks(session, job, "good") if m.version == 2
+        assert job_configs.config_marks(session, job, None) == [
+            m for m in job_configs.config_marks(session, job, "good") if m.version == 2
         ]
         assert not actuator.needs_reconcile(session, job)  # a trial waits for its study
     # A job restarted in the middle of the study resumes the trial being measured.
@@ -277,7 +277,7 @@ def test_a_studys_trials_are_released_unverified_and_never_become_last_good(
     with session_scope(sessions) as session:
         job = session.get(Job, job_id)
         assert job is not None
-        assert [m.version for m in job_service.config_marks(session, job, "good")] == [2, 5]
+        assert [m.version for m in job_configs.config_marks(session, job, "good")] == [2, 5]
 
 
 def test_an_outcome_is_what_a_later_rollback_returns_to(
@@ -314,7 +314,7 @@ def test_a_trial_once_recorded_as_last_good_gives_way_to_the_version_before_it(
     with session_scope(sessions) as session:  # as the actuator recorded trials before
         job = session.get(Job, job_id)
         assert job is not None
-        state = job_service.actuator_row(session, job)
+        state = job_configs.actuator_row(session, job)
         assert state is not None
         state.last_good_version = 2
     throughput(engine, now + timedelta(seconds=1), 10, 1000.0)
@@ -376,6 +376,6 @@ def test_a_trial_written_while_a_change_is_verified_outlives_its_rollback(
     with session_scope(sessions) as session:
         job = session.get(Job, job_id)
         assert job is not None
-        released = job_service.released_config(session, job)
+        released = job_configs.released_config(session, job)
         assert released is not None
         assert (released.config, released.source) == ({"batch_size": 64}, study_trial_source(1))

@@ -1,28 +1,35 @@
 """The desired -> released -> observed protocol of a job's config: the one way every side uses.
 
-The tuner and people write desired versions (:func:`append_config`, which checks them against
-the job's actuation bounds and wakes long-polling agents), the actuator releases them
+The tuner, the actuator and people propose desired versions (:func:`propose`, which checks
+them against the job's bounds and wakes long-polling agents), the actuator releases them
 (:func:`release`), agents fetch the released one (:func:`released_config`) and acknowledge it
-(:func:`acknowledge`) as the observed version of the same number. Plain functions; the caller
-owns the transaction. Version numbering and the raw reads and writes are the core's
-(:mod:`tuneloop.job_configs`).
+(:func:`acknowledge`) as the observed version of the same number, or report what they run
+(:func:`report_observed`). :func:`state` reads all of it for a job. Plain functions; the
+caller owns the transaction.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from tuneloop import job_configs
 from tuneloop.config_events import changed_after_commit
 from tuneloop.errors import Conflict, InvalidInput
-from tuneloop.job_configs import ACK_KEY, ConfigKind, latest_config
+from tuneloop.job_configs.bounds import Bound, bound_problems, parse_bounds
+from tuneloop.job_configs.versions import (
+    ACK_KEY,
+    acknowledged_version,
+    append_version,
+    config_version,
+    latest_config,
+    runs_config,
+)
 from tuneloop.storage.models import Job, JobActuator, JobConfig, JobConfigMark, JobConfigRelease
-from tuner.actuators.policy_config import ActuationPolicy
 
 ReleaseReason = Literal["goal", "step", "rollback"]
 
@@ -30,45 +37,55 @@ ACTUATOR_SOURCE: Final = "actuator"
 """Source of the desired versions the actuator writes itself (steps and rollbacks); reserved."""
 
 
-def append_config(
-    session: Session,
-    job: Job,
-    kind: ConfigKind,
-    config: Mapping[str, Any],
-    *,
-    source: str = "api",
-) -> JobConfig:
-    """:func:`tuneloop.job_configs.append_config`, and for a desired config first the job's
-    actuation bounds: one outside them is refused with :class:`InvalidInput` naming every key
-    out of bounds. Agents long-polling the job are woken once the caller commits."""
-    if kind == "desired":
-        problems = actuation_policy(session, job).bound_problems(config)
-        if problems:
-            raise InvalidInput(
-                f"desired config outside the bounds of job {job.name!r}: {'; '.join(problems)} "
-                "(change the config, or the bounds of the job's actuation policy: PUT "
-                ".../actuator)"
-            )
-        changed_after_commit(session, job.id)
-    return job_configs.append_config(session, job, kind, config, source=source)
+class UnknownVersion(Conflict):
+    """An agent acknowledged a version that was never released to its job."""
 
 
 def actuator_row(session: Session, job: Job) -> JobActuator | None:
     return session.get(JobActuator, job.id)
 
 
-def actuation_policy(session: Session, job: Job) -> ActuationPolicy:
-    """The job's policy; the default (no bounds, no limits) when none was set."""
+def job_bounds(session: Session, job: Job) -> dict[str, Bound]:
+    """The bounds of the job's actuation policy; none when it has no policy."""
     row = actuator_row(session, job)
-    return ActuationPolicy.from_dict(row.policy if row is not None else None)
+    return parse_bounds((row.policy or {}).get("bounds") if row is not None else None)
 
 
-def config_version(session: Session, job: Job, kind: ConfigKind, version: int) -> JobConfig | None:
-    return session.scalars(
-        select(JobConfig).where(
-            JobConfig.job_id == job.id, JobConfig.kind == kind, JobConfig.version == version
+def propose(
+    session: Session, job: Job, config: Mapping[str, Any], *, source: str = "api"
+) -> JobConfig:
+    """Write ``config`` as the job's next desired version. One outside the job's bounds is
+    refused with :class:`InvalidInput` naming every key out of bounds. Agents long-polling the
+    job are woken once the caller commits."""
+    problems = bound_problems(job_bounds(session, job), config)
+    if problems:
+        raise InvalidInput(
+            f"desired config outside the bounds of job {job.name!r}: {'; '.join(problems)} "
+            "(change the config, or the bounds of the job's actuation policy: PUT "
+            ".../actuator)"
         )
-    ).one_or_none()
+    changed_after_commit(session, job.id)
+    return append_version(session, job, "desired", config, source=source)
+
+
+def report_observed(
+    session: Session, job: Job, config: Mapping[str, Any], *, source: str = "api"
+) -> JobConfig:
+    """Write ``config`` as the job's next observed version. One that names the desired version
+    it runs (``desired_version``) is an acknowledgement, which the tuner trusts: refused with
+    :class:`UnknownVersion` unless that version was released to this job, as :func:`acknowledge`
+    refuses it."""
+    if ACK_KEY in config:
+        version = acknowledged_version(config)
+        if (
+            version is None
+            or config_version(session, job, "desired", version) is None
+            or not is_released(session, job, version)
+        ):
+            raise UnknownVersion(
+                f"{ACK_KEY} {config[ACK_KEY]!r} was never released to job {job.name!r}"
+            )
+    return append_version(session, job, "observed", config, source=source)
 
 
 def is_released(session: Session, job: Job, version: int) -> bool:
@@ -104,10 +121,6 @@ def released_config(session: Session, job: Job) -> JobConfig | None:
     return None if latest is None else config_version(session, job, "desired", latest)
 
 
-class UnknownVersion(Conflict):
-    """An agent acknowledged a version that was never released to its job."""
-
-
 def acknowledge(session: Session, job: Job, version: int) -> JobConfig:
     """Record that the job now runs released desired ``version``: the observed version of the
     same number, with the same config. Repeating an ack returns the same row.
@@ -141,6 +154,38 @@ def acknowledge(session: Session, job: Job, version: int) -> JobConfig:
             raise
         return raced
     return row
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigState:
+    """Where a job stands in the protocol: its latest desired, released and observed versions,
+    and whether what it runs is the latest desired one."""
+
+    desired: JobConfig | None
+    released: JobConfig | None
+    observed: JobConfig | None
+
+    @property
+    def acknowledged_version(self) -> int | None:
+        """The desired version the job last said it runs, if it said one."""
+        return None if self.observed is None else acknowledged_version(self.observed.config)
+
+    @property
+    def in_sync(self) -> bool:
+        """The job says it runs the latest desired version (an ack), or reports its config."""
+        if self.desired is None or self.observed is None:
+            return False
+        return self.acknowledged_version == self.desired.version or runs_config(
+            self.observed.config, self.desired.config
+        )
+
+
+def state(session: Session, job: Job) -> ConfigState:
+    return ConfigState(
+        desired=latest_config(session, job, "desired"),
+        released=released_config(session, job),
+        observed=latest_config(session, job, "observed"),
+    )
 
 
 def config_marks(session: Session, job: Job, verdict: str | None = "bad") -> list[JobConfigMark]:

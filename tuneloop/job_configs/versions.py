@@ -1,8 +1,10 @@
-"""Desired and observed config versions of a job: the one way to write and read them.
+"""Desired and observed config versions of a job: their numbering, raw reads and writes.
 
 Desired configs are written by the tuner loop, the API or a person; observed configs are what
 the job's agent reports running. Versions only grow and rows are never updated. Plain
-functions; the caller owns the transaction.
+functions; the caller owns the transaction. :mod:`tuneloop.job_configs.protocol` is what
+writers call: it checks a desired config against the job's bounds before
+:func:`append_version` numbers it.
 
 The agent acknowledges a desired version by reporting an observed config whose
 :data:`ACK_KEY` is that version (or a later one), and reports a configuration it could not run
@@ -67,7 +69,7 @@ def is_study_outcome(source: str | None) -> bool:
     )
 
 
-def append_config(
+def append_version(
     session: Session,
     job: Job,
     kind: ConfigKind,
@@ -75,7 +77,8 @@ def append_config(
     *,
     source: str = "api",
 ) -> JobConfig:
-    """Add the next ``kind`` version of ``job``'s config (previous + 1, starting at 1).
+    """Add the next ``kind`` version of ``job``'s config (previous + 1, starting at 1), with no
+    check of its content: :func:`tuneloop.job_configs.protocol.propose` checks desired ones.
 
     The job row is locked first (``FOR UPDATE`` on PostgreSQL), so concurrent writers get
     consecutive versions. SQLite has no row locks: a writer that loses the race retries with
@@ -111,6 +114,14 @@ def latest_config(session: Session, job: Job, kind: ConfigKind) -> JobConfig | N
         .order_by(JobConfig.version.desc())
         .limit(1)
     ).first()
+
+
+def config_version(session: Session, job: Job, kind: ConfigKind, version: int) -> JobConfig | None:
+    return session.scalars(
+        select(JobConfig).where(
+            JobConfig.job_id == job.id, JobConfig.kind == kind, JobConfig.version == version
+        )
+    ).one_or_none()
 
 
 def acknowledged_version(config: Mapping[str, Any]) -> int | None:
