@@ -49,3 +49,33 @@ def test_the_agent_imports_nothing_of_the_server() -> None:
         for path in modules
     }
     assert {path: names for path, names in offenders.items() if names} == {}
+
+
+PURE_TUNER_MODULES = (
+    "tuner.space",
+    "tuner.objectives",
+    "tuner.strategies",
+    "tuner.measurement",
+    "tuner.memory",
+    "tuner.study_options",
+    "tuner.actuators.policy",
+    "tuner.actuators.policy_config",
+)
+IO_LIBRARIES = ("sqlalchemy", "psycopg", "httpx", "fastapi", "celery", "redis", "kubernetes")
+
+
+def test_the_pure_tuner_loads_no_io_library_at_run_time() -> None:
+    """import-linter sees the imports a module names, not the packages Python loads on the way
+    (a parent package's ``__init__``): import them in a fresh interpreter and look."""
+    import subprocess
+    import sys
+
+    program = (
+        "import importlib, sys\n"
+        f"for name in {PURE_TUNER_MODULES!r}: importlib.import_module(name)\n"
+        f"print(sorted(m for m in {IO_LIBRARIES!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

@@ -2,7 +2,8 @@
 
 * :mod:`tuneloop.job_configs.protocol`: what every writer and reader calls (:func:`propose`,
   :func:`release`, :func:`acknowledge`, :func:`report_observed`, :func:`state`, ...).
-* :mod:`tuneloop.job_configs.bounds`: the one bounds check of a desired config.
+* :mod:`tuneloop.config_bounds` (in the core, so the pure policy can use it): the one bounds
+  check of a desired config.
 * :mod:`tuneloop.job_configs.versions`: numbering, raw reads and writes, the keys an observed
   config carries and the sources of a study's versions.
 
@@ -10,7 +11,7 @@ The names below are the package's surface; the tuner, the actuators and the API 
 from here.
 """
 
-from tuneloop.job_configs.bounds import Bound, PolicyError, bound_problems, parse_bounds
+from tuneloop.config_bounds import Bound, PolicyError, bound_problems, parse_bounds
 from tuneloop.job_configs.protocol import (
     ACTUATOR_SOURCE,
     ConfigState,

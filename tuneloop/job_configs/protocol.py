@@ -18,9 +18,9 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from tuneloop.config_bounds import Bound, bound_problems, parse_bounds
 from tuneloop.config_events import changed_after_commit
 from tuneloop.errors import Conflict, InvalidInput
-from tuneloop.job_configs.bounds import Bound, bound_problems, parse_bounds
 from tuneloop.job_configs.versions import (
     ACK_KEY,
     acknowledged_version,

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tuneloop.job_configs.bounds import Bound, PolicyError, bound_problems, parse_bounds
+from tuneloop.config_bounds import Bound, PolicyError, bound_problems, parse_bounds
 from tuneloop.strict import refuse_unknown_keys
 
 Direction = Literal["maximize", "minimize"]
