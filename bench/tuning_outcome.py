@@ -53,6 +53,7 @@ from tuneloop.demo.processes import (
     check_response,
     config_args,
     control_plane,
+    create_study_when_ready,
     start_job,
     until,
 )
@@ -102,29 +103,6 @@ def study_body(job: str, trials: int, measurement: Mapping[str, float]) -> dict[
     if measurement:
         body["measurement"] = dict(measurement)
     return body
-
-
-def create_study(
-    client: httpx.Client, job_url: str, body: Mapping[str, Any], job: RunningJob
-) -> dict[str, Any]:
-    """Create the study once the job's step timings are in the store (refused before)."""
-    last: dict[str, str] = {}
-
-    def create() -> dict[str, Any] | None:
-        job.check_alive()
-        response = client.post(f"{job_url}/studies", json=body)
-        if response.status_code == 201:
-            created: dict[str, Any] = response.json()
-            return created
-        last["answer"] = response.text[:300]
-        if response.status_code not in (409, 422):
-            check_response(response, "create the study")
-        return None
-
-    try:
-        return until(create, 180, "the job's first step timings", interval_s=2.0)
-    except DemoError as exc:
-        raise DemoError(f"{exc}; last answer: {last.get('answer')}") from None
 
 
 def follow(
@@ -182,7 +160,7 @@ def tune(
     started = time.monotonic()
     try:
         body = study_body(args.job, args.trials, args.measurement)
-        study = create_study(client, job_url, body, job)
+        study = create_study_when_ready(client, job_url, body, job, timeout_s=180, interval_s=2.0)
         settings = f"measurement {args.measurement}" if args.measurement else "default measurement"
         say(f"study {study['id']} created ({settings}, {args.trials} trials)")
         study = follow(client, f"{job_url}/studies/{study['id']}", job, args.study_timeout_s)

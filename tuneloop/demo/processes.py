@@ -205,3 +205,33 @@ def config_args(config: Mapping[str, int]) -> list[str]:
 def check_response(response: httpx.Response, what: str) -> None:
     if response.status_code >= 400:
         raise DemoError(f"could not {what}: HTTP {response.status_code} {response.text[:300]}")
+
+
+def create_study_when_ready(
+    client: httpx.Client,
+    job_url: str,
+    body: Mapping[str, Any],
+    job: RunningJob,
+    *,
+    timeout_s: float,
+    interval_s: float,
+) -> dict[str, Any]:
+    """Create the study once the job's agent and first step timings are in the store (the API
+    refuses it with 409/422 before); any other refusal ends the wait at once."""
+    last: dict[str, str] = {}
+
+    def create() -> dict[str, Any] | None:
+        job.check_alive()
+        response = client.post(f"{job_url}/studies", json=dict(body))
+        if response.status_code == 201:
+            created: dict[str, Any] = response.json()
+            return created
+        last["answer"] = response.text[:300]
+        if response.status_code not in (409, 422):
+            check_response(response, "create the study")
+        return None
+
+    try:
+        return until(create, timeout_s, "the job's first step timings", interval_s=interval_s)
+    except DemoError as exc:
+        raise DemoError(f"{exc}; last answer: {last.get('answer')}") from None

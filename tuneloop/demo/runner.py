@@ -39,6 +39,7 @@ from tuneloop.demo.processes import (
     check_response,
     config_args,
     control_plane,
+    create_study_when_ready,
     start_job,
     until,
 )
@@ -153,7 +154,9 @@ def tune(
     )
     say(f"job {JOB!r}: 2 ranks started from the poor config {_fmt(plan.start)}")
     try:
-        study = _create_study(client, job_url, plan, job)
+        study = create_study_when_ready(
+            client, job_url, study_body(plan), job, timeout_s=120, interval_s=1.0
+        )
         say(
             f"study {study['id']}: goodput, Bayesian optimization, {plan.trials} trials of "
             f"{plan.warmup_s:g} s warm-up + {plan.window_s:g} s window"
@@ -189,29 +192,6 @@ def _say_episodes(episodes: Sequence[Mapping[str, Any]], say: Say) -> None:
             f"  episode {number:2d} {episode['time_to_target_s']:6.2f} s to target, "
             f"ending on {_fmt(episode['config'])}"
         )
-
-
-def _create_study(
-    client: httpx.Client, job_url: str, plan: DemoPlan, job: RunningJob
-) -> dict[str, Any]:
-    """Create the study once the job's step timings are in the store (refused before)."""
-    attempt: dict[str, Any] = {}
-
-    def create() -> dict[str, Any] | None:
-        job.check_alive()
-        response = client.post(f"{job_url}/studies", json=study_body(plan))
-        if response.status_code == 201:
-            created: dict[str, Any] = response.json()
-            return created
-        attempt["last"] = response.text
-        if response.status_code not in (409, 422):
-            check_response(response, "create the study")
-        return None
-
-    try:
-        return until(create, 120, "the job's first step timings", interval_s=1.0)
-    except DemoError as exc:
-        raise DemoError(f"{exc}; last answer: {attempt.get('last')}") from None
 
 
 def _follow(client: httpx.Client, study_url: str, job: RunningJob, say: Say) -> dict[str, int]:
