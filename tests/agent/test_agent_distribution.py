@@ -169,15 +169,24 @@ def test_agent_wheel_in_a_fresh_venv_runs_a_two_rank_ddp_job(
         state = member.get(f"{jobs}/{JOB}/config").json()
         return int(state["observed"]["version"]) if state["observed"] else 0
 
-    # The demo's job, copied out of the checkout: it sees only the agent's environment.
-    train = tmp_path / "train.py"
-    shutil.copy(tuneloop.demo.job.__file__, train)
+    # The demo's job and its workloads, copied out of the checkout as a user's own training
+    # code: beside them it sees only the agent's environment (the copy joins the agent's
+    # `tuneloop` package through its extend_path; nothing of the checkout is on the path).
+    job_code = tmp_path / "job_code"
+    demo = Path(tuneloop.demo.job.__file__).parent
+    shutil.copytree(
+        demo,
+        job_code / "tuneloop" / "demo",
+        ignore=shutil.ignore_patterns("__pycache__", "runner.py", "processes.py", "stats.py"),
+    )
+    train = job_code / "tuneloop" / "demo" / "job.py"
     stop, data = tmp_path / "stop", tmp_path / "digits.npz"
     save_digits(data)
-    command = [str(agent_python), "-I", str(train), "tune", live.url, live.agent_token]
+    command = [str(agent_python), "-s", str(train), "tune", live.url, live.agent_token]
     command += [live.project, JOB, str(data), str(tmp_path), "--stop-file", str(stop)]
     command += ["--batch-size", "16", "--input-delay-ms", "2", "--sync-latency-ms", "0"]
-    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", PYTHONPATH=str(job_code))
     env.update(MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
     ranks_running = [
         subprocess.Popen(command, text=True, env={**env, "RANK": str(rank)}, cwd=tmp_path)
