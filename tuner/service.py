@@ -35,14 +35,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tuneloop.accounts import record_audit
 from tuneloop.storage.models import Job, Study, Trial
 from tuneloop.storage.types import utcnow
-from tuner import readings, study_end
+from tuner import readings, study_end, study_records
 from tuner.memory import predicted_oom_observations
 from tuner.objectives import check_direction, get_objective
 from tuner.space import BATCH_SIZE, ParamValue, SearchSpace
@@ -256,16 +256,7 @@ def ask(
         params: dict[str, ParamValue] = (
             space.desired(config, ranks=ranks) if ranks is not None else dict(config)
         )
-        number = (
-            session.scalar(select(func.max(Trial.number)).where(Trial.study_id == study.id)) or 0
-        ) + 1
-        trial = Trial(
-            study_id=study.id,
-            number=number,
-            params=params,
-            state="running",
-            measurements={"context": dict(context or {}), "stderr": None, "reason": "", "data": {}},
-        )
+        trial = study_records.new_running_trial(session, study, params, context=context)
         try:
             with session.begin_nested():
                 session.add(trial)

@@ -8,13 +8,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tuneloop.job_configs import latest_config
 from tuneloop.storage.models import Job, JobConfig, Study, Trial
 from tuner.space import SYNC_PERIOD, IntParam, ParamValue, SearchSpace
-from tuner.study_records import StudyError
+from tuner.study_records import StudyError, new_running_trial
 
 LEARNING_RATE: Final = "learning_rate"
 _POWERS_OF_TWO: Final = {
@@ -109,15 +109,10 @@ def start_baseline_trial(
     before = pre_study_config(session, study)
     if before is None:
         return None
-    number = (
-        session.scalar(select(func.max(Trial.number)).where(Trial.study_id == study.id)) or 0
-    ) + 1
-    trial = Trial(
-        study_id=study.id,
-        number=number,
-        params=baseline_params(space, before),
-        state="running",
-        measurements={"context": {}, "stderr": None, "reason": "", "data": {}},
+    trial = new_running_trial(
+        session,
+        study,
+        baseline_params(space, before),
         started_at=now,
         desired_version=before.version,
         baseline=True,

@@ -6,9 +6,10 @@ The lowest layer of the study modules (``service``, ``study_priors``, ``study_me
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from tuneloop.errors import InvalidInput
@@ -55,6 +56,29 @@ def lock_study(session: Session, study: Study) -> None:
     # with "database is locked" when it upgrades to write. On PostgreSQL, the row lock.
     hold_write_lock(session)
     session.execute(select(Study.id).where(Study.id == study.id).with_for_update())
+
+
+def new_running_trial(
+    session: Session,
+    study: Study,
+    params: Mapping[str, Any],
+    *,
+    context: Mapping[str, Any] | None = None,
+    **columns: Any,
+) -> Trial:
+    """A running trial of ``study`` numbered after its last one, not yet added: the caller adds
+    it (and retries with a new number if another writer took this one)."""
+    number = (
+        session.scalar(select(func.max(Trial.number)).where(Trial.study_id == study.id)) or 0
+    ) + 1
+    return Trial(
+        study_id=study.id,
+        number=number,
+        params=dict(params),
+        state="running",
+        measurements={"context": dict(context or {}), "stderr": None, "reason": "", "data": {}},
+        **columns,
+    )
 
 
 def list_studies(session: Session, job: Job) -> list[Study]:
