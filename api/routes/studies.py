@@ -12,9 +12,9 @@ from fastapi import APIRouter, Depends, Path, status
 
 from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, PageDep, SessionDep, require_member
 from api.routes.jobs import JobDep
-from api.schemas import Page
+from api.schemas.common import Page
+from api.schemas.studies import AskIn, StudyCreate, StudyOut, StudyUpdate, TellIn, TrialOut
 from api.services import studies as study_service
-from api.study_schemas import AskIn, StudyCreate, StudyOut, StudyUpdate, TellIn, TrialOut
 from tuneloop import accounts
 from tuneloop.errors import Conflict, NotFound
 from tuneloop.storage.models import Study

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from sqlalchemy.orm import Session
 
-from api.services import agents as agent_service
-from api.study_schemas import StudyCreate
+from api.schemas.studies import StudyCreate
+from tuneloop import job_agents
 from tuneloop.storage.models import Job, Study
 from tuneloop.storage.types import utcnow
 from tuner import service
@@ -67,7 +67,7 @@ def require_live_agent(session: Session, job: Job, within_s: float) -> None:
     """Refuse a loop-driven study of a job whose agent has not been heard from (registered,
     long-polled or acknowledged) within ``within_s`` (the study's ``ack_timeout_s``): nothing
     would apply its trials, and each would time out."""
-    seen = agent_service.last_seen(session, job)
+    seen = job_agents.last_seen(session, job)
     if seen is None:
         raise service.StudyError(
             f"job {job.name!r} has no agent: start the job with the tuneloop agent "
