@@ -36,6 +36,7 @@ from tuneloop.storage.models import (
     AlertReceiver,
     AlertRule,
     AlertSilence,
+    Notification,
     Project,
     Series,
 )
@@ -223,6 +224,24 @@ def load_rule_file(
     return outcome
 
 
+# --------------------------------------------------------------------------- alerts
+
+
+def list_alerts(
+    session: Session, project: Project, *, state: str | None = None
+) -> list[tuple[AlertInstance, str]]:
+    """The project's alerts (pending, firing, recently resolved) with their rule's name."""
+    statement = (
+        select(AlertInstance, AlertRule.name)
+        .join(AlertRule, AlertRule.id == AlertInstance.rule_id)
+        .where(AlertRule.project_id == project.id)
+        .order_by(AlertRule.name, AlertInstance.id)
+    )
+    if state is not None:
+        statement = statement.where(AlertInstance.state == state)
+    return [(instance, name) for instance, name in session.execute(statement).all()]
+
+
 # --------------------------------------------------------------------------- receivers
 
 
@@ -294,6 +313,21 @@ def delete_receiver(
 ) -> None:
     session.delete(get_receiver(session, project, name))
     _audit(session, actor, project.id, "alert.receiver.delete", f"receiver:{name}")
+
+
+def list_notifications(
+    session: Session, project: Project, *, limit: int, offset: int
+) -> list[Notification]:
+    """The notifications of the project's receivers, newest first."""
+    statement = (
+        select(Notification)
+        .join(AlertReceiver, AlertReceiver.id == Notification.receiver_id)
+        .where(AlertReceiver.project_id == project.id)
+        .order_by(Notification.id.desc())
+        .limit(limit)
+        .offset(offset)
+    )
+    return list(session.scalars(statement))
 
 
 def list_receivers(session: Session, project: Project) -> list[AlertReceiver]:

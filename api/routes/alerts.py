@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, status
-from sqlalchemy import select
 
 from alerts import store
 from alerts.rules import InhibitDefinition, RuleDefinition, parse_rule_file
@@ -42,10 +41,7 @@ from tuneloop import accounts
 from tuneloop.storage.models import (
     AlertInhibition,
     AlertInstance,
-    AlertReceiver,
-    AlertRule,
     ApiToken,
-    Notification,
 )
 from tuneloop.storage.types import utcnow
 
@@ -131,17 +127,9 @@ def list_alerts(
     _token: CurrentToken,
     state: Annotated[str | None, Query(pattern="^(pending|firing|resolved)$")] = None,
 ) -> list[AlertOut]:
-    statement = (
-        select(AlertInstance, AlertRule.name)
-        .join(AlertRule, AlertRule.id == AlertInstance.rule_id)
-        .where(AlertRule.project_id == project.id)
-        .order_by(AlertRule.name, AlertInstance.id)
-    )
-    if state is not None:
-        statement = statement.where(AlertInstance.state == state)
     return [
         AlertOut.model_validate({**_columns(instance), "rule": name})
-        for instance, name in session.execute(statement).all()
+        for instance, name in store.list_alerts(session, project, state=state)
     ]
 
 
@@ -283,13 +271,5 @@ def delete_inhibition(
 def list_notifications(
     project: ProjectDep, session: SessionDep, _token: CurrentToken, page: PageDep
 ) -> Page[NotificationOut]:
-    statement = (
-        select(Notification)
-        .join(AlertReceiver, AlertReceiver.id == Notification.receiver_id)
-        .where(AlertReceiver.project_id == project.id)
-        .order_by(Notification.id.desc())
-        .limit(page.fetch)
-        .offset(page.offset)
-    )
-    rows = list(session.scalars(statement))
+    rows = store.list_notifications(session, project, limit=page.fetch, offset=page.offset)
     return page.build(rows, NotificationOut.model_validate)

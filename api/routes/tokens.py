@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Response, status
+from fastapi import APIRouter, Query, Response, status
 
 from api.deps import (
     API_PREFIX,
@@ -117,7 +117,7 @@ def revoke_token(token_id: int, session: SessionDep, token: CurrentToken) -> Res
     """Idempotent: revoking a revoked token succeeds and keeps its first revocation time."""
     target = accounts.get_token(session, token_id)
     if target is None or not accounts.can_see_token(token, target):
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"token {token_id} not found")
+        raise errors.NotFound(f"token {token_id} not found")
     require(token.role in ("admin", "member"), "needs a member or admin token")
     accounts.revoke_token(session, token_id, actor=accounts.actor_name(token))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
