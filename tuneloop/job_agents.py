@@ -155,6 +155,24 @@ def last_seen(session: Session, job: Job) -> datetime | None:
     return session.scalar(select(func.max(JobAgent.last_seen_at)).where(JobAgent.job_id == job.id))
 
 
+def require_live_agent(session: Session, job: Job, within_s: float) -> None:
+    """Refuse (:class:`InvalidInput`) to tune a job whose agent has not been heard from
+    (registered, long-polled or acknowledged) within ``within_s`` (a study's
+    ``ack_timeout_s``): nothing would apply its trials, and each would time out."""
+    seen = last_seen(session, job)
+    if seen is None:
+        raise InvalidInput(
+            f"job {job.name!r} has no agent: start the job with the tuneloop agent "
+            "(docs/agent.md), which registers it, before creating a study"
+        )
+    silent = (utcnow() - seen).total_seconds()
+    if silent > within_s:
+        raise InvalidInput(
+            f"job {job.name!r}: its agent was last seen {silent:.0f} s ago, more than "
+            f"ack_timeout_s ({within_s:g} s); restart the job's agent (docs/agent.md)"
+        )
+
+
 def list_agents(session: Session, job: Job) -> list[JobAgent]:
     return list(
         session.scalars(select(JobAgent).where(JobAgent.job_id == job.id).order_by(JobAgent.id))
