@@ -1,10 +1,14 @@
 """Rules, receivers, silences and inhibit rules of a project in the store: plain functions,
-the caller commits. Errors are ``tuneloop.accounts`` errors (the API maps them to 404/409/422).
+the caller commits. Errors are ``tuneloop.errors`` kinds (the API maps them to 404/409/422).
+
+A function that changes something takes the ``actor`` (who asked: a token's
+:func:`tuneloop.accounts.actor_name`, or ``"cli"``) and writes the audit entry itself; without
+one (the evaluator, a rule file's own rules, tests) nothing is audited.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,6 +25,7 @@ from alerts.rules import (
     RuleDefinition,
     RuleFile,
     check_metrics,
+    duration_s,
     from_stored,
 )
 from tuneloop.accounts import record_audit
@@ -31,6 +36,7 @@ from tuneloop.storage.models import (
     AlertReceiver,
     AlertRule,
     AlertSilence,
+    Notification,
     Project,
     Series,
 )
@@ -38,6 +44,26 @@ from tuneloop.storage.timeseries.matchers import parse_matcher
 from tuneloop.storage.timeseries.types import SeriesKind
 
 MAX_SILENCE = timedelta(days=90)
+
+
+def _audit(
+    session: Session,
+    actor: str | None,
+    project_id: int,
+    action: str,
+    target: str,
+    details: Mapping[str, Any] | None = None,
+) -> None:
+    if actor is not None:
+        record_audit(
+            session,
+            actor=actor,
+            action=action,
+            target=target,
+            project_id=project_id,
+            details=details,
+        )
+
 
 # --------------------------------------------------------------------------- rules
 
@@ -106,7 +132,12 @@ def _apply(row: AlertRule, rule: RuleDefinition, source: str) -> None:
 
 
 def create_rule(
-    session: Session, project: Project, rule: RuleDefinition, *, source: str = "api"
+    session: Session,
+    project: Project,
+    rule: RuleDefinition,
+    *,
+    source: str = "api",
+    actor: str | None = None,
 ) -> AlertRule:
     check_rule(session, project, rule)
     exists = session.scalars(
@@ -118,11 +149,18 @@ def create_rule(
     _apply(row, rule, source)
     session.add(row)
     session.flush()
+    _audit(session, actor, project.id, "alert.rule.create", f"rule:{row.name}", row.spec)
     return row
 
 
 def replace_rule(
-    session: Session, project: Project, row: AlertRule, rule: RuleDefinition, *, source: str
+    session: Session,
+    project: Project,
+    row: AlertRule,
+    rule: RuleDefinition,
+    *,
+    source: str,
+    actor: str | None = None,
 ) -> bool:
     """Update ``row`` to ``rule``; returns whether anything changed. A changed query or
     condition clears the rule's pending alerts (their ``for`` clock no longer applies);
@@ -140,11 +178,13 @@ def replace_rule(
             AlertInstance.rule_id == row.id, AlertInstance.state == "pending"
         )
     )
+    _audit(session, actor, project.id, "alert.rule.update", f"rule:{row.name}", row.spec)
     return True
 
 
-def delete_rule(session: Session, row: AlertRule) -> None:
+def delete_rule(session: Session, row: AlertRule, *, actor: str | None = None) -> None:
     session.delete(row)
+    _audit(session, actor, row.project_id, "alert.rule.delete", f"rule:{row.name}")
 
 
 def load_rule_file(
@@ -180,16 +220,26 @@ def load_rule_file(
     )
     for inhibit in parsed.inhibit_rules:
         add_inhibition(session, project, inhibit, origin=source)
-    if actor is not None:
-        record_audit(
-            session,
-            actor=actor,
-            action="alert.rules.load",
-            target=f"file:{source}",
-            project_id=project.id,
-            details=outcome,
-        )
+    _audit(session, actor, project.id, "alert.rules.load", f"file:{source}", outcome)
     return outcome
+
+
+# --------------------------------------------------------------------------- alerts
+
+
+def list_alerts(
+    session: Session, project: Project, *, state: str | None = None
+) -> list[tuple[AlertInstance, str]]:
+    """The project's alerts (pending, firing, recently resolved) with their rule's name."""
+    statement = (
+        select(AlertInstance, AlertRule.name)
+        .join(AlertRule, AlertRule.id == AlertInstance.rule_id)
+        .where(AlertRule.project_id == project.id)
+        .order_by(AlertRule.name, AlertInstance.id)
+    )
+    if state is not None:
+        statement = statement.where(AlertInstance.state == state)
+    return [(instance, name) for instance, name in session.execute(statement).all()]
 
 
 # --------------------------------------------------------------------------- receivers
@@ -215,6 +265,7 @@ def create_receiver(
     config: dict[str, Any],
     matchers: Sequence[str] = (),
     group_by: Sequence[str] = ("alertname",),
+    actor: str | None = None,
 ) -> AlertReceiver:
     try:
         parse_config(kind, config)
@@ -241,6 +292,8 @@ def create_receiver(
     )
     session.add(row)
     session.flush()
+    added = {"kind": row.kind, "matchers": row.matchers, "group_by": row.group_by}
+    _audit(session, actor, project.id, "alert.receiver.create", f"receiver:{name}", added)
     return row
 
 
@@ -253,6 +306,28 @@ def get_receiver(session: Session, project: Project, name: str) -> AlertReceiver
     if row is None:
         raise NotFound(f"receiver {name!r} not found")
     return row
+
+
+def delete_receiver(
+    session: Session, project: Project, name: str, *, actor: str | None = None
+) -> None:
+    session.delete(get_receiver(session, project, name))
+    _audit(session, actor, project.id, "alert.receiver.delete", f"receiver:{name}")
+
+
+def list_notifications(
+    session: Session, project: Project, *, limit: int, offset: int
+) -> list[Notification]:
+    """The notifications of the project's receivers, newest first."""
+    statement = (
+        select(Notification)
+        .join(AlertReceiver, AlertReceiver.id == Notification.receiver_id)
+        .where(AlertReceiver.project_id == project.id)
+        .order_by(Notification.id.desc())
+        .limit(limit)
+        .offset(offset)
+    )
+    return list(session.scalars(statement))
 
 
 def list_receivers(session: Session, project: Project) -> list[AlertReceiver]:
@@ -268,6 +343,24 @@ def list_receivers(session: Session, project: Project) -> list[AlertReceiver]:
 # --------------------------------------------------------------------------- silences
 
 
+def silence_window(
+    starts_at: datetime | None, ends_at: datetime | None, duration: str | None, now: datetime
+) -> tuple[datetime, datetime]:
+    """A silence's start (default ``now``) and end (``ends_at``, or ``duration`` after the
+    start): silences are time-boxed, so one of the two is needed."""
+    start = starts_at or now
+    if duration is not None:
+        if ends_at is not None:
+            raise InvalidInput("give ends_at or duration, not both")
+        try:
+            ends_at = start + timedelta(seconds=duration_s(duration))
+        except ValueError as exc:
+            raise InvalidInput(f"duration: {exc}") from None
+    if ends_at is None:
+        raise InvalidInput("a silence needs ends_at or duration: silences are time-boxed")
+    return start, ends_at
+
+
 def create_silence(
     session: Session,
     project: Project,
@@ -278,6 +371,7 @@ def create_silence(
     created_by: str,
     comment: str = "",
 ) -> AlertSilence:
+    """Create a silence; ``created_by`` (the actor) also goes to the audit log."""
     if not matchers:
         raise InvalidInput("a silence needs at least one matcher")
     checked = _matchers(matchers, "silence")
@@ -297,6 +391,8 @@ def create_silence(
     )
     session.add(row)
     session.flush()
+    created = {"matchers": row.matchers, "ends_at": ends_at.isoformat()}
+    _audit(session, created_by, project.id, "alert.silence.create", f"silence:{row.id}", created)
     return row
 
 
@@ -318,17 +414,25 @@ def list_silences(
     return list(session.scalars(statement.order_by(AlertSilence.id)))
 
 
-def expire_silence(session: Session, row: AlertSilence, now: datetime) -> None:
+def expire_silence(
+    session: Session, row: AlertSilence, now: datetime, *, actor: str | None = None
+) -> None:
     """End a silence now (kept for the record)."""
     if row.ends_at > now:
         row.ends_at = max(now, row.starts_at)
+    _audit(session, actor, row.project_id, "alert.silence.expire", f"silence:{row.id}")
 
 
 # --------------------------------------------------------------------------- inhibit rules
 
 
 def add_inhibition(
-    session: Session, project: Project, inhibit: InhibitDefinition, *, origin: str = "api"
+    session: Session,
+    project: Project,
+    inhibit: InhibitDefinition,
+    *,
+    origin: str = "api",
+    actor: str | None = None,
 ) -> AlertInhibition:
     row = AlertInhibition(
         project_id=project.id,
@@ -339,6 +443,7 @@ def add_inhibition(
     )
     session.add(row)
     session.flush()
+    _audit(session, actor, project.id, "alert.inhibition.create", f"inhibition:{row.id}")
     return row
 
 
@@ -357,3 +462,10 @@ def get_inhibition(session: Session, project: Project, inhibition_id: int) -> Al
     if row is None or row.project_id != project.id:
         raise NotFound(f"inhibit rule {inhibition_id} not found")
     return row
+
+
+def delete_inhibition(
+    session: Session, project: Project, inhibition_id: int, *, actor: str | None = None
+) -> None:
+    session.delete(get_inhibition(session, project, inhibition_id))
+    _audit(session, actor, project.id, "alert.inhibition.delete", f"inhibition:{inhibition_id}")

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from api.observability import ApiMetrics
-from api.schemas import ErrorBody, Page
+from api.schemas.common import ErrorOut, Page
 from collector.pipeline import Pipeline
 from tuneloop import accounts
 from tuneloop.runtime import Runtime
@@ -27,9 +27,9 @@ from tuneloop.storage.models import ApiToken, Project
 API_PREFIX = "/api/v1"
 
 AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorBody, "description": "Missing, unknown, expired or revoked token"},
-    403: {"model": ErrorBody, "description": "The token's role does not allow this"},
-    404: {"model": ErrorBody, "description": "Not found, or not visible to this token"},
+    401: {"model": ErrorOut, "description": "Missing, unknown, expired or revoked token"},
+    403: {"model": ErrorOut, "description": "The token's role does not allow this"},
+    404: {"model": ErrorOut, "description": "Not found, or not visible to this token"},
 }
 """OpenAPI ``responses`` of every authenticated router."""
 

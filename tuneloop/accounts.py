@@ -356,15 +356,19 @@ def record_token_audit(
 
 def record_job_audit(
     session: Session,
-    token: ApiToken,
-    project: Project,
+    actor: str,
     action: str,
     job: Job,
     details: Mapping[str, Any] | None = None,
 ) -> AuditEntry:
-    """Append what ``token`` did to ``job``: the target names it, the details carry its id."""
-    return record_token_audit(
-        session, token, project, action, f"job:{job.name}", {"job_id": job.id, **(details or {})}
+    """Append what ``actor`` did to ``job``: the target names it, the details carry its id."""
+    return record_audit(
+        session,
+        actor=actor,
+        action=action,
+        target=f"job:{job.name}",
+        project_id=job.project_id,
+        details={"job_id": job.id, **(details or {})},
     )
 
 

@@ -125,10 +125,8 @@ def _start_trial(
         return baseline
     try:
         trial = service.ask(session, study, actor=ACTOR)
-    except SpaceExhausted as exc:
-        return _ended(
-            study_end.complete(session, study, job, f"nothing left to try: {exc}", actor=ACTOR)
-        )
+    except SpaceExhausted as exc:  # its message says "nothing left to try"
+        return _ended(study_end.complete(session, study, job, str(exc), actor=ACTOR))
     try:
         row = _write_desired(session, study, job, dict(trial.params))
     except InvalidInput as exc:

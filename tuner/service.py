@@ -40,6 +40,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tuneloop.accounts import record_audit
+from tuneloop.errors import Conflict, NotFound
 from tuneloop.storage.models import Job, Study, Trial
 from tuneloop.storage.types import utcnow
 from tuner import readings, study_end, study_records
@@ -83,19 +84,21 @@ ACTOR = "tuner"
 _ASK_RETRIES = 5
 
 
-class DuplicateStudyError(StudyError):
+# Each is also the tuneloop.errors kind it is, listed first, so the API's one handler answers
+# it (404/409) while callers that catch StudyError still catch it.
+class DuplicateStudyError(Conflict, StudyError):
     """The job already has a study of that name."""
 
 
-class UnknownTrialError(StudyError):
+class UnknownTrialError(NotFound, StudyError):
     """The study has no trial of that number."""
 
 
-class TrialConflictError(StudyError):
+class TrialConflictError(Conflict, StudyError):
     """A different result was told for a trial that is already finished."""
 
 
-class StudyEndedError(StudyError):
+class StudyEndedError(Conflict, StudyError):
     """The study has ended (complete, failed or cancelled): it cannot be changed any more."""
 
 
@@ -220,10 +223,10 @@ def ask(
     history as priors. With the memory bound on (``StudyOptions.memory``), batch sizes the
     study's memory model predicts not to fit reach the strategy as predicted out-of-memory
     observations (:func:`tuner.memory.predicted_oom_observations`), and the audit entry
-    records the bound with its figures. Raises ``SpaceExhausted`` when
-    nothing is left to propose. Two concurrent asks get different numbers and each sees the
-    other's trial: :func:`lock_study` serialises them, and a clash on unique
-    (study_id, number) is still retried with fresh history.
+    records the bound with its figures. Raises ``SpaceExhausted`` (a conflict) when
+    nothing is left to propose, its message saying so. Two concurrent asks get different
+    numbers and each sees the other's trial: :func:`lock_study` serialises them, and a clash
+    on unique (study_id, number) is still retried with fresh history.
     """
     if study.state != "running":
         raise StudyError(f"study {study.name!r} is {study.state}, not running")
@@ -248,11 +251,10 @@ def ask(
         try:
             config = strategy.ask([*predicted, *priors, *past], context)
         except SpaceExhausted as exc:
+            why = f"nothing left to try: {exc}"
             if predicted and bound is not None:
-                raise SpaceExhausted(
-                    f"{exc} (memory bound: {BATCH_SIZE} <= {bound.max_batch}, {bound.why})"
-                ) from None
-            raise
+                why += f" (memory bound: {BATCH_SIZE} <= {bound.max_batch}, {bound.why})"
+            raise SpaceExhausted(why) from None
         params: dict[str, ParamValue] = (
             space.desired(config, ranks=ranks) if ranks is not None else dict(config)
         )

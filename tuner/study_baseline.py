@@ -21,7 +21,7 @@ _POWERS_OF_TWO: Final = {
     "batch_size": "space.batch_powers_of_two",
     "sync_period": "space.sync_powers_of_two",
 }
-"""The study body's switch that keeps a parameter to powers of two (``api.study_schemas``)."""
+"""The study body's switch that keeps a parameter to powers of two (``api.schemas.studies``)."""
 MAX_BASELINE_ATTEMPTS: Final = 2
 """Baseline trials that may fail (no usable measurement) before the study ends ``failed``:
 a job whose current config cannot be measured cannot be tuned either."""

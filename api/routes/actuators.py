@@ -7,9 +7,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
 
-from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, ProjectDep, SessionDep, require_member
+from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, SessionDep, require_member
 from api.routes.jobs import JobDep
-from api.schemas import ActuatorOut, ApproveIn, ConfigMarkOut
+from api.schemas.actuators import ActuatorOut, ApproveIn, ConfigMarkOut
 from tuneloop import accounts, job_configs
 from tuneloop.storage.models import JobActuator
 from tuner.actuators import job as actuator
@@ -63,7 +63,6 @@ def read_actuator(job: JobDep, session: SessionDep) -> ActuatorOut:
 @router.put("/actuator", summary="Set the job's actuation policy")
 def set_actuator_policy(
     job: JobDep,
-    project: ProjectDep,
     session: SessionDep,
     token: CurrentToken,
     policy: Annotated[dict[str, Any], Body(examples=[POLICY_EXAMPLE])],
@@ -77,20 +76,19 @@ def set_actuator_policy(
     except PolicyError as exc:
         raise PolicyError(f"invalid actuation policy: {exc}") from None  # a 422
     row = actuator.set_policy(session, job, parsed)
+    # Left here until tuner.actuators.job's writers take the actor themselves.
     accounts.record_job_audit(
-        session, token, project, "actuator.policy", job, {"policy": parsed.to_dict()}
+        session, accounts.actor_name(token), "actuator.policy", job, {"policy": parsed.to_dict()}
     )
     return _out(row)
 
 
 @router.post("/actuator/approve", summary="Approve desired versions up to one")
-def approve(
-    body: ApproveIn, job: JobDep, project: ProjectDep, session: SessionDep, token: CurrentToken
-) -> ActuatorOut:
+def approve(body: ApproveIn, job: JobDep, session: SessionDep, token: CurrentToken) -> ActuatorOut:
     require_member(token, "approving a desired version")
     row = actuator.approve(session, job, body.version)
     accounts.record_job_audit(
-        session, token, project, "actuator.approve", job, {"version": body.version}
+        session, accounts.actor_name(token), "actuator.approve", job, {"version": body.version}
     )
     return _out(row)
 

@@ -34,22 +34,13 @@ from api.deps import (
     get_project,
 )
 from api.routes.jobs import JOB_REF_DOC, JobDep
-from api.schemas import (
-    AckIn,
-    AgentOut,
-    AgentRegister,
-    ConfigVersionOut,
-    GpuOwnerOut,
-    RankOut,
-    ReleasedConfigOut,
-)
-from api.services import agents as agent_service
-from api.services import jobs as job_service
-from tuneloop import accounts, job_configs
+from api.schemas.agents import AckIn, AgentCreate, AgentOut, GpuOwnerOut, RankOut
+from api.schemas.jobs import ConfigVersionOut, ReleasedConfigOut
+from tuneloop import accounts, job_agents, job_configs, jobs
 from tuneloop.config_events import EVENTS
 from tuneloop.errors import Conflict, NotFound
 from tuneloop.storage import session_scope
-from tuneloop.storage.models import ApiToken, Job, JobAgent, Project
+from tuneloop.storage.models import ApiToken, Job, JobAgent
 from tuner.actuators.holds import hold
 from tuner.actuators.job import adopt_initial
 from tuner.actuators.tasks import reconcile_now
@@ -67,7 +58,7 @@ MAX_POLL_S = 120.0
 
 def _agent_out(session: Session, agent: JobAgent, job: Job) -> AgentOut:
     ranks: dict[int, list[str]] = {}
-    for gpu in agent_service.agent_gpus(session, agent):
+    for gpu in job_agents.agent_gpus(session, agent):
         ranks.setdefault(gpu.rank, []).append(gpu.gpu_uuid)
     released = _released_out(session, job)
     return AgentOut(
@@ -99,36 +90,29 @@ def _released_out(session: Session, job: Job) -> ReleasedConfigOut | None:
     "/jobs/{job}/agents", status_code=status.HTTP_201_CREATED, summary="Register a job's agent"
 )
 def register_agent(
-    body: AgentRegister, job: JobDep, project: ProjectDep, session: SessionDep, token: CurrentToken
+    body: AgentCreate, job: JobDep, session: SessionDep, token: CurrentToken
 ) -> AgentOut:
     """Records the host, ranks and GPU UUIDs (so GPU metrics are attributed to the job) and,
     with ``config``, adopts the job's starting config as desired version 1 when nothing was
     released yet. ``released`` in the answer is the version the job should run."""
-    agent = agent_service.register_agent(
+    agent = job_agents.register_agent(
         session,
         job,
         host=body.host,
         world_size=body.world_size,
-        ranks=[agent_service.RankGpus(r.rank, r.gpu_uuids) for r in body.ranks],
+        ranks=[job_agents.RankGpus(r.rank, r.gpu_uuids) for r in body.ranks],
         pid=body.pid,
         details=body.details,
+        actor=accounts.actor_name(token),
     )
     if body.config is not None:
         adopt_initial(session, job, body.config)
-    accounts.record_job_audit(
-        session,
-        token,
-        project,
-        "job.agent.register",
-        job,
-        {"agent_id": agent.id, **body.model_dump(exclude={"config"})},
-    )
     return _agent_out(session, agent, job)
 
 
 @router.get("/jobs/{job}/agents", summary="A job's agent registrations, newest last")
 def list_agents(job: JobDep, session: SessionDep) -> list[AgentOut]:
-    return [_agent_out(session, agent, job) for agent in agent_service.list_agents(session, job)]
+    return [_agent_out(session, agent, job) for agent in job_agents.list_agents(session, job)]
 
 
 @router.get("/gpus", summary="Which job uses each GPU (by UUID)")
@@ -149,7 +133,7 @@ def gpu_owners(
             host=owner.host,
             agent_id=owner.agent_id,
         )
-        for owner in agent_service.gpu_owners(session, project, uuid)
+        for owner in job_agents.gpu_owners(session, project, uuid)
     ]
 
 
@@ -173,7 +157,7 @@ def _resolve_job(
     with session_scope(runtime.sessions) as session:
         token = get_current_token(session, credentials)
         found_project = get_project(project, session, token)
-        found = job_service.get_job(session, found_project, job)
+        found = jobs.get_job(session, found_project, job)
         return _JobRef(found.id, found_project.id, found.name)
 
 
@@ -189,8 +173,8 @@ def _check(
         if job is None:
             raise NotFound(f"job {ref.name!r} not found")
         if agent_id is not None:
-            agent = agent_service.agent_of_job(session, job, agent_id)
-            agent_service.touch(agent)
+            agent = job_agents.agent_of_job(session, job, agent_id)
+            job_agents.touch(agent)
         released = _released_out(session, job)
         if released is None or released.version <= after:
             return None
@@ -235,9 +219,7 @@ async def next_config(
 # --------------------------------------------------------------------------- ack
 
 
-def _refuse(
-    runtime: RuntimeDep, token: ApiToken, project: Project, job: Job, body: AckIn, why: str
-) -> None:
+def _refuse(runtime: RuntimeDep, token: ApiToken, job: Job, body: AckIn, why: str) -> None:
     """Log and audit a refused ack in a transaction of its own (the request's rolls back)."""
     log.warning(
         "job %s: refused ack of version %d by agent %d: %s",
@@ -247,13 +229,8 @@ def _refuse(
         why,
     )
     with session_scope(runtime.sessions) as session:
-        accounts.record_job_audit(
-            session,
-            token,
-            project,
-            "job.config.ack_refused",
-            job,
-            {**body.model_dump(), "reason": why},
+        job_agents.audit_refused_ack(
+            session, job, **body.model_dump(), reason=why, actor=accounts.actor_name(token)
         )
 
 
@@ -266,22 +243,16 @@ def _refuse(
     },
 )
 def acknowledge(
-    body: AckIn,
-    job: JobDep,
-    project: ProjectDep,
-    session: SessionDep,
-    token: CurrentToken,
-    runtime: RuntimeDep,
+    body: AckIn, job: JobDep, session: SessionDep, token: CurrentToken, runtime: RuntimeDep
 ) -> ConfigVersionOut:
     """Stores observed version ``version`` (the desired config of that number). Refused with
     409, and written to the audit log, when the version was never released to this job or the
     agent is registered to another job."""
     try:
-        agent = agent_service.agent_of_job(session, job, body.agent_id)
-        observed = job_configs.acknowledge(session, job, body.version)
+        observed = job_agents.acknowledge(
+            session, job, **body.model_dump(), actor=accounts.actor_name(token)
+        )
     except (Conflict, NotFound) as exc:
-        _refuse(runtime, token, project, job, body, str(exc))
+        _refuse(runtime, token, job, body, str(exc))
         raise
-    agent_service.touch(agent)
-    accounts.record_job_audit(session, token, project, "job.config.ack", job, {**body.model_dump()})
     return ConfigVersionOut.model_validate(observed)

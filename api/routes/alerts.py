@@ -8,16 +8,12 @@ is refused with the reason (422).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, status
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from alerts import store
-from alerts.rules import InhibitDefinition, RuleDefinition, duration_s, parse_rule_file
+from alerts.rules import InhibitDefinition, RuleDefinition, parse_rule_file
 from api.deps import (
     API_PREFIX,
     AUTH_ERRORS,
@@ -27,30 +23,25 @@ from api.deps import (
     SessionDep,
     require_member,
 )
-from api.schemas import Page
-from api.schemas_alerts import (
+from api.schemas.alerts import (
     AlertOut,
-    InhibitionIn,
+    InhibitionCreate,
     InhibitionOut,
     NotificationOut,
-    ReceiverIn,
+    ReceiverCreate,
     ReceiverOut,
     RuleFileIn,
     RuleFileOut,
     RuleOut,
-    SilenceIn,
+    SilenceCreate,
     SilenceOut,
 )
+from api.schemas.common import Page
 from tuneloop import accounts
-from tuneloop.errors import InvalidInput
 from tuneloop.storage.models import (
     AlertInhibition,
     AlertInstance,
-    AlertReceiver,
-    AlertRule,
     ApiToken,
-    Notification,
-    Project,
 )
 from tuneloop.storage.types import utcnow
 
@@ -65,13 +56,6 @@ def _writer(token: ApiToken) -> None:
     require_member(token, "changing alert rules or receivers")
 
 
-def _audit(
-    session: Session, token: ApiToken, project: Project, action: str, target: str,
-    details: Mapping[str, Any],
-) -> None:  # fmt: skip
-    accounts.record_token_audit(session, token, project, action, target, details)
-
-
 # --------------------------------------------------------------------------- rules
 
 
@@ -80,8 +64,7 @@ def create_rule(
     body: RuleDefinition, project: ProjectDep, session: SessionDep, token: CurrentToken
 ) -> RuleOut:
     _writer(token)
-    row = store.create_rule(session, project, body)
-    _audit(session, token, project, "alert.rule.create", f"rule:{row.name}", row.spec)
+    row = store.create_rule(session, project, body, actor=accounts.actor_name(token))
     return RuleOut.of(row)
 
 
@@ -108,8 +91,7 @@ def replace_rule(
 ) -> RuleOut:
     _writer(token)
     row = store.get_rule(session, project, rule)
-    if store.replace_rule(session, project, row, body, source="api"):
-        _audit(session, token, project, "alert.rule.update", f"rule:{row.name}", row.spec)
+    store.replace_rule(session, project, row, body, source="api", actor=accounts.actor_name(token))
     return RuleOut.of(row)
 
 
@@ -119,8 +101,7 @@ def delete_rule(
 ) -> None:
     _writer(token)
     row = store.get_rule(session, project, rule)
-    store.delete_rule(session, row)
-    _audit(session, token, project, "alert.rule.delete", f"rule:{rule}", {})
+    store.delete_rule(session, row, actor=accounts.actor_name(token))
 
 
 @router.post("/rules:load", summary="Create or update the rules of a YAML rule file")
@@ -146,17 +127,9 @@ def list_alerts(
     _token: CurrentToken,
     state: Annotated[str | None, Query(pattern="^(pending|firing|resolved)$")] = None,
 ) -> list[AlertOut]:
-    statement = (
-        select(AlertInstance, AlertRule.name)
-        .join(AlertRule, AlertRule.id == AlertInstance.rule_id)
-        .where(AlertRule.project_id == project.id)
-        .order_by(AlertRule.name, AlertInstance.id)
-    )
-    if state is not None:
-        statement = statement.where(AlertInstance.state == state)
     return [
         AlertOut.model_validate({**_columns(instance), "rule": name})
-        for instance, name in session.execute(statement).all()
+        for instance, name in store.list_alerts(session, project, state=state)
     ]
 
 
@@ -171,22 +144,12 @@ def _columns(instance: AlertInstance) -> dict[str, Any]:
 
 @router.post("/silences", status_code=status.HTTP_201_CREATED, summary="Silence alerts")
 def create_silence(
-    body: SilenceIn, project: ProjectDep, session: SessionDep, token: CurrentToken
+    body: SilenceCreate, project: ProjectDep, session: SessionDep, token: CurrentToken
 ) -> SilenceOut:
     """Alerts matching every matcher are kept from the receivers from ``starts_at`` (default
     now) to ``ends_at`` (or for ``duration``); they still show as firing here."""
     _writer(token)
-    starts_at = body.starts_at or utcnow()
-    ends_at = body.ends_at
-    if body.duration is not None:
-        if ends_at is not None:
-            raise InvalidInput("give ends_at or duration, not both")
-        try:
-            ends_at = starts_at + timedelta(seconds=duration_s(body.duration))
-        except ValueError as exc:
-            raise InvalidInput(f"duration: {exc}") from None
-    if ends_at is None:
-        raise InvalidInput("a silence needs ends_at or duration: silences are time-boxed")
+    starts_at, ends_at = store.silence_window(body.starts_at, body.ends_at, body.duration, utcnow())
     row = store.create_silence(
         session,
         project,
@@ -196,10 +159,6 @@ def create_silence(
         created_by=accounts.actor_name(token),
         comment=body.comment,
     )
-    _audit(
-        session, token, project, "alert.silence.create", f"silence:{row.id}",
-        {"matchers": row.matchers, "ends_at": ends_at.isoformat()},
-    )  # fmt: skip
     return SilenceOut.model_validate(row)
 
 
@@ -222,8 +181,7 @@ def expire_silence(
 ) -> None:
     _writer(token)
     row = store.get_silence(session, project, silence_id)
-    store.expire_silence(session, row, utcnow())
-    _audit(session, token, project, "alert.silence.expire", f"silence:{row.id}", {})
+    store.expire_silence(session, row, utcnow(), actor=accounts.actor_name(token))
 
 
 # --------------------------------------------------------------------------- receivers
@@ -231,7 +189,7 @@ def expire_silence(
 
 @router.post("/receivers", status_code=status.HTTP_201_CREATED, summary="Add a receiver")
 def create_receiver(
-    body: ReceiverIn, project: ProjectDep, session: SessionDep, token: CurrentToken
+    body: ReceiverCreate, project: ProjectDep, session: SessionDep, token: CurrentToken
 ) -> ReceiverOut:
     _writer(token)
     row = store.create_receiver(
@@ -242,11 +200,8 @@ def create_receiver(
         config=body.config,
         matchers=body.matchers,
         group_by=body.group_by,
+        actor=accounts.actor_name(token),
     )
-    _audit(
-        session, token, project, "alert.receiver.create", f"receiver:{row.name}",
-        {"kind": row.kind, "matchers": row.matchers, "group_by": row.group_by},
-    )  # fmt: skip
     return ReceiverOut.of(row)
 
 
@@ -264,8 +219,7 @@ def delete_receiver(
     name: str, project: ProjectDep, session: SessionDep, token: CurrentToken
 ) -> None:
     _writer(token)
-    session.delete(store.get_receiver(session, project, name))
-    _audit(session, token, project, "alert.receiver.delete", f"receiver:{name}", {})
+    store.delete_receiver(session, project, name, actor=accounts.actor_name(token))
 
 
 # --------------------------------------------------------------------------- inhibit rules
@@ -283,12 +237,11 @@ def _inhibition_out(row: AlertInhibition) -> InhibitionOut:
 
 @router.post("/inhibitions", status_code=status.HTTP_201_CREATED, summary="Add an inhibit rule")
 def create_inhibition(
-    body: InhibitionIn, project: ProjectDep, session: SessionDep, token: CurrentToken
+    body: InhibitionCreate, project: ProjectDep, session: SessionDep, token: CurrentToken
 ) -> InhibitionOut:
     _writer(token)
     definition = InhibitDefinition(tuple(body.source), tuple(body.target), tuple(body.equal))
-    row = store.add_inhibition(session, project, definition)
-    _audit(session, token, project, "alert.inhibition.create", f"inhibition:{row.id}", {})
+    row = store.add_inhibition(session, project, definition, actor=accounts.actor_name(token))
     return _inhibition_out(row)
 
 
@@ -308,8 +261,7 @@ def delete_inhibition(
     inhibition_id: int, project: ProjectDep, session: SessionDep, token: CurrentToken
 ) -> None:
     _writer(token)
-    session.delete(store.get_inhibition(session, project, inhibition_id))
-    _audit(session, token, project, "alert.inhibition.delete", f"inhibition:{inhibition_id}", {})
+    store.delete_inhibition(session, project, inhibition_id, actor=accounts.actor_name(token))
 
 
 # --------------------------------------------------------------------------- notifications
@@ -319,13 +271,5 @@ def delete_inhibition(
 def list_notifications(
     project: ProjectDep, session: SessionDep, _token: CurrentToken, page: PageDep
 ) -> Page[NotificationOut]:
-    statement = (
-        select(Notification)
-        .join(AlertReceiver, AlertReceiver.id == Notification.receiver_id)
-        .where(AlertReceiver.project_id == project.id)
-        .order_by(Notification.id.desc())
-        .limit(page.fetch)
-        .offset(page.offset)
-    )
-    rows = list(session.scalars(statement))
+    rows = store.list_notifications(session, project, limit=page.fetch, offset=page.offset)
     return page.build(rows, NotificationOut.model_validate)

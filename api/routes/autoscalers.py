@@ -33,13 +33,13 @@ from api.deps import (
     require,
     require_member,
 )
-from api.schemas import ErrorBody, Page
-from api.schemas_autoscalers import (
+from api.schemas.autoscalers import (
     AutoscalerCreate,
     AutoscalerOut,
-    AutoscalerSpec,
     AutoscalerStateOut,
+    AutoscalerUpdate,
 )
+from api.schemas.common import ErrorOut, Page
 from tuneloop import accounts
 from tuneloop.storage.models import ApiToken, Autoscaler, Project
 from tuner.actuators.autoscaler import store
@@ -50,7 +50,7 @@ router = APIRouter(
     tags=["autoscalers"],
     responses={
         **AUTH_ERRORS,
-        422: {"model": ErrorBody, "description": "An invalid target, policy or selector"},
+        422: {"model": ErrorOut, "description": "An invalid target, policy or selector"},
     },
 )
 
@@ -73,7 +73,7 @@ def get_autoscaler(
 AutoscalerDep = Annotated[Autoscaler, Depends(get_autoscaler)]
 
 
-def _definition(body: AutoscalerSpec) -> Definition:
+def _definition(body: AutoscalerUpdate) -> Definition:
     return store.check_definition(
         target_kind=body.target_kind,
         target=body.target,
@@ -124,7 +124,7 @@ def read_autoscaler(autoscaler: AutoscalerDep) -> AutoscalerOut:
 
 @router.put("/{name}", summary="Replace an autoscaler's definition")
 def replace_autoscaler(
-    body: AutoscalerSpec,
+    body: AutoscalerUpdate,
     autoscaler: AutoscalerDep,
     project: ProjectDep,
     session: SessionDep,

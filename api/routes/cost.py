@@ -20,15 +20,15 @@ from fastapi import APIRouter, Query
 from api.deps import API_PREFIX, AUTH_ERRORS, ProjectDep, SessionDep
 from api.query_params import time_param
 from api.routes.series import TIME_DOC
-from api.schemas import ErrorBody
-from api.schemas_cost import CostFigures, CostReport
+from api.schemas.common import ErrorOut
+from api.schemas.cost import CostFiguresOut, CostReportOut
 from tuneloop import cost
 from tuneloop.errors import InvalidInput
 
 router = APIRouter(
     prefix=f"{API_PREFIX}/projects/{{project}}",
     tags=["cost"],
-    responses={**AUTH_ERRORS, 422: {"model": ErrorBody, "description": "A malformed parameter"}},
+    responses={**AUTH_ERRORS, 422: {"model": ErrorOut, "description": "A malformed parameter"}},
 )
 
 MAX_PERIOD = timedelta(days=400)
@@ -45,18 +45,18 @@ def project_cost(
     idle_below: Annotated[
         float, Query(ge=0, le=100, description="A minute is idle below this utilization, %")
     ] = cost.DEFAULT_IDLE_BELOW,
-) -> CostReport:
+) -> CostReportOut:
     begin, finish = time_param(start, "start"), time_param(end, "end")
     if finish <= begin:
         raise InvalidInput("end must be after start")
     if finish - begin > MAX_PERIOD:
         raise InvalidInput(f"the period may span at most {MAX_PERIOD.days} days")
     usages = cost.gpu_usage(session.connection(), project.id, begin, finish, idle_below=idle_below)
-    return CostReport(
+    return CostReportOut(
         start=begin,
         end=finish,
         by=by,
         idle_below_percent=idle_below,
-        groups=[CostFigures.of(group) for group in cost.summarize(usages, by)],
-        total=CostFigures.of(cost.total(usages)),
+        groups=[CostFiguresOut.of(group) for group in cost.summarize(usages, by)],
+        total=CostFiguresOut.of(cost.total(usages)),
     )

@@ -23,7 +23,7 @@ from fastapi import APIRouter, Query, Response
 from api.deps import API_PREFIX, AUTH_ERRORS, ProjectDep, SessionDep
 from api.query_params import duration_param
 from api.routes.series import SelectorDep
-from api.schemas import ErrorBody
+from api.schemas.common import ErrorOut
 from api.services import exposition
 from api.services.series import invalid_input
 from tuneloop.storage.timeseries import query
@@ -34,7 +34,7 @@ router = APIRouter(
     tags=["series"],
     responses={
         **AUTH_ERRORS,
-        422: {"model": ErrorBody, "description": "A malformed parameter, or too many series"},
+        422: {"model": ErrorOut, "description": "A malformed parameter, or too many series"},
     },
 )
 

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from api.deps import RuntimeDep
-from api.schemas import HealthOut
+from api.schemas.health import HealthOut
 from api.services.health import check_health, dependencies_up
 from collector.status import StatusBoard
 

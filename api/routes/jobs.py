@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, status
-from sqlalchemy.orm import Session
 
 from api.deps import (
     API_PREFIX,
@@ -20,20 +19,18 @@ from api.deps import (
     SessionDep,
     require_member,
 )
-from api.schemas import (
+from api.schemas.common import Page
+from api.schemas.jobs import (
+    ConfigIn,
     ConfigVersionOut,
-    ConfigWrite,
-    JobConfigState,
+    JobConfigOut,
     JobCreate,
     JobOut,
     JobUpdate,
-    Page,
 )
-from api.services import jobs as job_service
-from api.services.jobs import JobStatus
-from tuneloop import accounts, job_configs
-from tuneloop.errors import InvalidInput
-from tuneloop.storage.models import ApiToken, Job, JobConfig, Project
+from tuneloop import accounts, job_configs, jobs
+from tuneloop.jobs import JobStatus
+from tuneloop.storage.models import Job
 from tuner.actuators.holds import hold
 
 router = APIRouter(
@@ -46,7 +43,7 @@ JOB_REF_DOC = "Job name, or job id when all digits (job names are never all digi
 def get_job(
     job: Annotated[str, Path(description=JOB_REF_DOC)], project: ProjectDep, session: SessionDep
 ) -> Job:
-    return job_service.get_job(session, project, job)
+    return jobs.get_job(session, project, job)
 
 
 JobDep = Annotated[Job, Depends(get_job)]
@@ -56,10 +53,15 @@ JobDep = Annotated[Job, Depends(get_job)]
 def create_job(
     body: JobCreate, project: ProjectDep, session: SessionDep, token: CurrentToken
 ) -> JobOut:
-    job = job_service.create_job(
-        session, project, body.name, kind=body.kind, labels=body.labels, status=body.status
+    job = jobs.create_job(
+        session,
+        project,
+        body.name,
+        kind=body.kind,
+        labels=body.labels,
+        status=body.status,
+        actor=accounts.actor_name(token),
     )
-    accounts.record_job_audit(session, token, project, "job.create", job, body.model_dump())
     return JobOut.model_validate(job)
 
 
@@ -71,7 +73,7 @@ def list_jobs(
     page: PageDep,
     status_filter: Annotated[JobStatus | None, Query(alias="status")] = None,
 ) -> Page[JobOut]:
-    rows = job_service.list_jobs(
+    rows = jobs.list_jobs(
         session, project, status=status_filter, limit=page.fetch, offset=page.offset
     )
     return page.build(rows, JobOut.model_validate)
@@ -83,50 +85,24 @@ def read_job(job: JobDep) -> JobOut:
 
 
 @router.patch("/{job}", summary="Change a job's status or labels")
-def update_job(
-    body: JobUpdate, job: JobDep, project: ProjectDep, session: SessionDep, token: CurrentToken
-) -> JobOut:
+def update_job(body: JobUpdate, job: JobDep, session: SessionDep, token: CurrentToken) -> JobOut:
     """``labels`` replaces the whole label set. A change is written to the audit log."""
-    changes = job_service.update_job(session, job, status=body.status, labels=body.labels)
-    if changes:
-        accounts.record_job_audit(session, token, project, "job.update", job, changes)
-    return JobOut.model_validate(job)
-
-
-def _config_out(row: object) -> ConfigVersionOut:
-    return ConfigVersionOut.model_validate(row)
-
-
-def _audited(
-    session: Session,
-    token: ApiToken,
-    project: Project,
-    job: Job,
-    row: JobConfig,
-    body: ConfigWrite,
-) -> ConfigVersionOut:
-    """Audit the config version just written and answer it."""
-    accounts.record_job_audit(
-        session,
-        token,
-        project,
-        f"job.config.{row.kind}",
-        job,
-        {"version": row.version, "source": row.source, "config": body.config},
+    jobs.update_job(
+        session, job, status=body.status, labels=body.labels, actor=accounts.actor_name(token)
     )
-    return _config_out(row)
+    return JobOut.model_validate(job)
 
 
 @router.put("/{job}/config", summary="Set a new desired config (next version)")
 def set_desired_config(
-    body: ConfigWrite, job: JobDep, project: ProjectDep, session: SessionDep, token: CurrentToken
+    body: ConfigIn, job: JobDep, session: SessionDep, token: CurrentToken
 ) -> ConfigVersionOut:
     """Stores ``config`` as desired version previous + 1 (the first is 1) and returns it."""
     require_member(token, "setting a desired config")
-    if body.source == job_configs.ACTUATOR_SOURCE:
-        raise InvalidInput(f"source {body.source!r} is reserved for the actuator's own versions")
-    row = job_configs.propose(session, job, body.config, source=body.source)
-    return _audited(session, token, project, job, row, body)
+    row = jobs.set_desired_config(
+        session, job, body.config, source=body.source, actor=accounts.actor_name(token)
+    )
+    return ConfigVersionOut.model_validate(row)
 
 
 @router.post(
@@ -135,21 +111,23 @@ def set_desired_config(
     summary="Report the config the job runs (next observed version)",
 )
 def report_observed_config(
-    body: ConfigWrite, job: JobDep, project: ProjectDep, session: SessionDep, token: CurrentToken
+    body: ConfigIn, job: JobDep, session: SessionDep, token: CurrentToken
 ) -> ConfigVersionOut:
     """A ``desired_version`` in the config must be one released to this job (409 otherwise):
     the tuner takes it as the job's acknowledgement."""
-    row = job_configs.report_observed(session, job, body.config, source=body.source)
-    return _audited(session, token, project, job, row, body)
+    row = jobs.report_observed_config(
+        session, job, body.config, source=body.source, actor=accounts.actor_name(token)
+    )
+    return ConfigVersionOut.model_validate(row)
 
 
 @router.get("/{job}/config", summary="Latest desired and latest observed config")
-def read_config(job: JobDep, session: SessionDep) -> JobConfigState:
+def read_config(job: JobDep, session: SessionDep) -> JobConfigOut:
     """``held``: why the latest desired version is not released yet, and until when."""
     now = job_configs.state(session, job)
-    return JobConfigState(
+    return JobConfigOut(
         held=hold(job_configs.actuator_row(session, job)),
-        desired=_config_out(now.desired) if now.desired else None,
-        observed=_config_out(now.observed) if now.observed else None,
+        desired=ConfigVersionOut.model_validate(now.desired) if now.desired else None,
+        observed=ConfigVersionOut.model_validate(now.observed) if now.observed else None,
         in_sync=now.in_sync,
     )

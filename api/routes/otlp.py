@@ -10,21 +10,18 @@ Per the OTLP/HTTP spec: the response is in the request's encoding (protobuf or J
 body: 400 malformed, 413 over ``otlp_max_body_bytes`` (on the wire or decompressed), 415 an
 unknown content type or encoding, 503 with ``Retry-After`` while the write pipeline is full.
 While the database is down, tokens it confirmed lately still route exports to their
-project (:class:`RecentTargets`), so jobs keep sending through an outage into the spool.
+project (:class:`collector.otlp.targets.RecentTargets`), so jobs keep sending through an
+outage into the spool.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-import time
-from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
 from sqlalchemy import select
-from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import (
@@ -37,6 +34,7 @@ from api.deps import (
 )
 from collector.otlp import decode
 from collector.otlp.receiver import OtlpReceiver, Signal
+from collector.otlp.targets import RecentTargets, Target
 from collector.otlp.telemetry import telemetry_for
 from collector.pipeline import Pipeline, PipelineFull
 from tuneloop import accounts
@@ -58,51 +56,6 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     503: {**_PROTOBUF_OR_JSON, "description": "Pipeline full; retry after Retry-After"},
 }
 _RECEIVER_LOCK = threading.Lock()
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """Where an export request's data goes."""
-
-    project_id: int
-    max_series: int
-
-
-OUTAGE_GRACE_S = 600.0
-"""How long a token the database confirmed keeps routing exports while the database is down."""
-
-
-class RecentTargets:
-    """Targets of the tokens the database confirmed lately, by token hash.
-
-    Consulted only when the database cannot answer, so that exports go on into the pipeline's
-    spool through an outage instead of being refused; while it can answer, every request is
-    checked there, and a token it refuses is forgotten at once.
-    """
-
-    def __init__(self, max_age_s: float = OUTAGE_GRACE_S, max_entries: int = 10_000) -> None:
-        self._max_age_s = max_age_s
-        self._max_entries = max_entries
-        self._entries: OrderedDict[str, tuple[Target, float]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def remember(self, key: str, target: Target) -> None:
-        with self._lock:
-            self._entries[key] = (target, time.monotonic())
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._max_entries:
-                self._entries.popitem(last=False)
-
-    def forget(self, key: str) -> None:
-        with self._lock:
-            self._entries.pop(key, None)
-
-    def recall(self, key: str) -> Target | None:
-        with self._lock:
-            entry = self._entries.get(key)
-        if entry is None or time.monotonic() - entry[1] > self._max_age_s:
-            return None
-        return entry[0]
 
 
 def _recent_targets(request: Request) -> RecentTargets:
@@ -139,20 +92,11 @@ def _target_from_store(runtime: Runtime, secret: str) -> Target:
 def get_target(request: Request, runtime: RuntimeDep, credentials: BearerCredentials) -> Target:
     if credentials is None:
         raise unauthorized("missing bearer token")
-    recent = _recent_targets(request)
-    key = accounts.hash_secret(credentials.credentials)
-    try:
-        target = _target_from_store(runtime, credentials.credentials)
-    except HTTPException:
-        recent.forget(key)
-        raise
-    except OperationalError:
-        remembered = recent.recall(key)
-        if remembered is None:
-            raise  # 503 with Retry-After (api.errors)
-        return remembered
-    recent.remember(key, target)
-    return target
+    # A database error with nothing remembered propagates: 503 with Retry-After (api.errors).
+    return _recent_targets(request).resolve(
+        accounts.hash_secret(credentials.credentials),
+        lambda: _target_from_store(runtime, credentials.credentials),
+    )
 
 
 def get_receiver(request: Request, runtime: RuntimeDep, metrics: MetricsDep) -> OtlpReceiver:

@@ -14,7 +14,8 @@ from api.deps import (
     ProjectDep,
     SessionDep,
 )
-from api.schemas import ErrorBody, Page, ProjectCreate, ProjectOut
+from api.schemas.common import ErrorOut, Page
+from api.schemas.projects import ProjectCreate, ProjectOut
 from tuneloop import accounts
 
 router = APIRouter(prefix=f"{API_PREFIX}/projects", tags=["projects"], responses=AUTH_ERRORS)
@@ -23,7 +24,7 @@ router = APIRouter(prefix=f"{API_PREFIX}/projects", tags=["projects"], responses
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
-    responses={409: {"model": ErrorBody, "description": "The name is taken"}},
+    responses={409: {"model": ErrorOut, "description": "The name is taken"}},
     summary="Create a project (admin)",
 )
 def create_project(body: ProjectCreate, session: SessionDep, token: AdminToken) -> ProjectOut:

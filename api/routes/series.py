@@ -26,8 +26,8 @@ from fastapi import APIRouter, Depends, Query
 
 from api.deps import API_PREFIX, AUTH_ERRORS, ProjectDep, SessionDep
 from api.query_params import duration_param, matchers_param, time_param
-from api.schemas import ErrorBody
-from api.schemas_query import MatrixData, RangeAggregation, SeriesList, VectorData
+from api.schemas.common import ErrorOut
+from api.schemas.series import MatrixOut, RangeAggregation, SeriesListOut, VectorOut
 from api.services import series as series_service
 from api.services.series import Selector, TimeRange
 from tuneloop.storage.timeseries.types import Matcher
@@ -37,7 +37,7 @@ router = APIRouter(
     tags=["series"],
     responses={
         **AUTH_ERRORS,
-        422: {"model": ErrorBody, "description": "A malformed parameter, or a query too large"},
+        422: {"model": ErrorOut, "description": "A malformed parameter, or a query too large"},
     },
 )
 
@@ -91,7 +91,7 @@ TimeRangeDep = Annotated[TimeRange, Depends(get_time_range)]
 
 
 @router.get("/series", summary="Series that match a selector")
-def list_series(project: ProjectDep, session: SessionDep, selector: SelectorDep) -> SeriesList:
+def list_series(project: ProjectDep, session: SessionDep, selector: SelectorDep) -> SeriesListOut:
     return series_service.list_series(session.connection(), project.id, selector)
 
 
@@ -103,7 +103,7 @@ def query_range(
     time_range: TimeRangeDep,
     agg: Annotated[RangeAggregation, Query(description="Aggregation per step")] = "avg",
     q: Annotated[float | None, Query(description="Quantile in [0, 1], for agg=quantile")] = None,
-) -> MatrixData:
+) -> MatrixOut:
     """Points sit at epoch multiples of ``step``, each labelled with the start of its step.
     ``rate`` (per second) and ``increase`` handle counter resets and pair each window's
     first sample with the one before it, so consecutive increases add up to the whole."""
@@ -118,7 +118,7 @@ def query_latest(
     session: SessionDep,
     selector: SelectorDep,
     since: Annotated[str | None, Query(description="Only samples at or after; " + TIME_DOC)] = None,
-) -> VectorData:
+) -> VectorOut:
     after = None if since is None else time_param(since, "since")
     return series_service.latest(session.connection(), project.id, selector, after)
 
@@ -131,7 +131,7 @@ def histogram_quantile(
     q: Annotated[float, Query(description="Quantile; < 0 gives -Inf, > 1 gives +Inf")],
     time_range: TimeRangeDep,
     matchers: MatchersDep,
-) -> MatrixData:
+) -> MatrixOut:
     """As PromQL's ``histogram_quantile(q, increase(<metric>_bucket[window]))`` per step,
     grouped by the labels other than ``le``; ``match`` selects among the bucket series."""
     return series_service.histogram_quantile(

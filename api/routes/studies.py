@@ -6,26 +6,19 @@ reads them, and a job's agent drives an agent-driven study through ``ask`` and `
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Path, status
+from fastapi import APIRouter, Depends, Path, status
 
 from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, PageDep, SessionDep, require_member
 from api.routes.jobs import JobDep
-from api.schemas import Page
+from api.schemas.common import Page
+from api.schemas.studies import AskIn, StudyCreate, StudyOut, StudyUpdate, TellIn, TrialOut
 from api.services import studies as study_service
-from api.study_schemas import AskIn, StudyCreate, StudyOut, StudyUpdate, TellIn, TrialOut
 from tuneloop import accounts
+from tuneloop.errors import Conflict, NotFound
 from tuneloop.storage.models import Study
 from tuner import service
-from tuner.measurement import MeasurementError
-from tuner.objectives import ObjectiveError
-from tuner.space import SpaceError
-from tuner.strategies.base import SpaceExhausted
-from tuner.strategies.registry import UnknownStrategyError
-from tuner.study_options import OptionsError
 
 router = APIRouter(
     prefix=f"{API_PREFIX}/projects/{{project}}/jobs/{{job}}/studies",
@@ -36,38 +29,12 @@ router = APIRouter(
 STUDY_REF_DOC = "Study name, or study id when all digits"
 
 
-@contextmanager
-def _study_errors() -> Iterator[None]:
-    """The tuner's exceptions as HTTP answers with their one-line reasons."""
-    try:
-        yield
-    except (
-        service.DuplicateStudyError,
-        service.TrialConflictError,
-        service.StudyEndedError,
-    ) as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
-    except service.UnknownTrialError as exc:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
-    except SpaceExhausted as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, f"nothing left to try: {exc}") from None
-    except (
-        service.StudyError,
-        SpaceError,
-        ObjectiveError,
-        UnknownStrategyError,
-        OptionsError,
-        MeasurementError,
-    ) as exc:
-        raise HTTPException(422, str(exc)) from None
-
-
 def get_study(
     study: Annotated[str, Path(description=STUDY_REF_DOC)], job: JobDep, session: SessionDep
 ) -> Study:
     found = service.get_study(session, job, study)
     if found is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"study {study!r} not found")
+        raise NotFound(f"study {study!r} not found")
     return found
 
 
@@ -76,8 +43,7 @@ StudyDep = Annotated[Study, Depends(get_study)]
 
 def _agent_driven(study: Study) -> None:
     if service.study_options(study).driven_by != "agent":
-        raise HTTPException(
-            status.HTTP_409_CONFLICT,
+        raise Conflict(
             f"study {study.name!r} is driven by the tuner loop; create one with "
             '"driven_by": "agent" to ask and tell from the job',
         )
@@ -92,8 +58,7 @@ def create_study(
     step-timing data in the store, without a desired config or (loop-driven studies) without
     an agent seen within ``ack_timeout_s``; 409 if the job already has a study of that name."""
     require_member(token, "creating a study")
-    with _study_errors():
-        study = study_service.create_study(session, job, body, actor=accounts.actor_name(token))
+    study = study_service.create_study(session, job, body, actor=accounts.actor_name(token))
     return StudyOut.of(study)
 
 
@@ -113,8 +78,7 @@ def update_study(
 ) -> StudyOut:
     """Stopping puts the job back on its pre-study config; 409 for a study that has ended."""
     require_member(token, "stopping or resuming a study")
-    with _study_errors():
-        service.set_state(session, study, body.state, actor=accounts.actor_name(token))
+    service.set_state(session, study, body.state, actor=accounts.actor_name(token))
     return StudyOut.of(study)
 
 
@@ -128,8 +92,7 @@ def cancel_study(study: StudyDep, session: SessionDep, token: CurrentToken) -> S
     pre-study config and the study ends ``cancelled`` (the study and its trials stay, to read).
     Cancelling a cancelled study again answers it unchanged."""
     require_member(token, "cancelling a study")
-    with _study_errors():
-        service.cancel_study(session, study, actor=accounts.actor_name(token))
+    service.cancel_study(session, study, actor=accounts.actor_name(token))
     return StudyOut.of(study)
 
 
@@ -143,9 +106,7 @@ def list_trials(study: StudyDep, session: SessionDep, page: PageDep) -> Page[Tri
 def best_trial(study: StudyDep, session: SessionDep) -> TrialOut:
     top = service.best(session, study)
     if top is None:
-        raise HTTPException(
-            status.HTTP_404_NOT_FOUND, f"study {study.name!r} has no complete trial yet"
-        )
+        raise NotFound(f"study {study.name!r} has no complete trial yet")
     return TrialOut.of(top)
 
 
@@ -160,13 +121,12 @@ def ask(
     """A new ``running`` trial; its params carry the learning rate for the job's ranks."""
     _agent_driven(study)
     _running(study)
-    with _study_errors():
-        trial = service.ask(
-            session,
-            study,
-            context=body.context if body else None,
-            actor=accounts.actor_name(token),
-        )
+    trial = service.ask(
+        session,
+        study,
+        context=body.context if body else None,
+        actor=accounts.actor_name(token),
+    )
     return TrialOut.of(trial)
 
 
@@ -182,21 +142,20 @@ def tell(
     ``complete`` needs a finite ``value``; ``infeasible`` and ``failed`` need a ``reason``
     (``oom`` for out of memory: larger batches are not proposed again)."""
     _agent_driven(study)
-    with _study_errors():
-        trial = service.tell(
-            session,
-            study,
-            number,
-            state=body.state,
-            value=body.value,
-            stderr=body.stderr,
-            reason=body.reason,
-            measurements=body.measurements,
-            actor=accounts.actor_name(token),
-        )
+    trial = service.tell(
+        session,
+        study,
+        number,
+        state=body.state,
+        value=body.value,
+        stderr=body.stderr,
+        reason=body.reason,
+        measurements=body.measurements,
+        actor=accounts.actor_name(token),
+    )
     return TrialOut.of(trial)
 
 
 def _running(study: Study) -> None:
     if study.state != "running":
-        raise HTTPException(status.HTTP_409_CONFLICT, f"study {study.name!r} is {study.state}")
+        raise Conflict(f"study {study.name!r} is {study.state}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Response, status
+from fastapi import APIRouter, Query, Response, status
 
 from api.deps import (
     API_PREFIX,
@@ -17,7 +17,8 @@ from api.deps import (
     SessionDep,
     require,
 )
-from api.schemas import AdminTokenCreate, Page, TokenCreate, TokenCreated, TokenOut
+from api.schemas.common import Page
+from api.schemas.tokens import AdminTokenCreate, TokenCreate, TokenCreatedOut, TokenOut
 from tuneloop import accounts, errors
 from tuneloop.storage.models import ApiToken
 
@@ -26,8 +27,8 @@ router = APIRouter(prefix=API_PREFIX, tags=["tokens"], responses=AUTH_ERRORS)
 IncludeRevoked = Annotated[bool, Query(description="Also list revoked tokens")]
 
 
-def _created(token: ApiToken, secret: str) -> TokenCreated:
-    return TokenCreated.model_validate(
+def _created(token: ApiToken, secret: str) -> TokenCreatedOut:
+    return TokenCreatedOut.model_validate(
         {**TokenOut.model_validate(token).model_dump(), "secret": secret}
     )
 
@@ -39,7 +40,7 @@ def _created(token: ApiToken, secret: str) -> TokenCreated:
 )
 def create_project_token(
     body: TokenCreate, project: ProjectDep, session: SessionDep, token: CurrentToken
-) -> TokenCreated:
+) -> TokenCreatedOut:
     """Admins create member and agent tokens; a member of the project creates agent tokens.
     The secret is in this response only."""
     require(
@@ -79,7 +80,7 @@ def list_project_tokens(
 )
 def create_admin_token(
     body: AdminTokenCreate, session: SessionDep, token: AdminToken
-) -> TokenCreated:
+) -> TokenCreatedOut:
     created, secret = accounts.create_token(
         session,
         None,
@@ -116,7 +117,7 @@ def revoke_token(token_id: int, session: SessionDep, token: CurrentToken) -> Res
     """Idempotent: revoking a revoked token succeeds and keeps its first revocation time."""
     target = accounts.get_token(session, token_id)
     if target is None or not accounts.can_see_token(token, target):
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"token {token_id} not found")
+        raise errors.NotFound(f"token {token_id} not found")
     require(token.role in ("admin", "member"), "needs a member or admin token")
     accounts.revoke_token(session, token_id, actor=accounts.actor_name(token))
     return Response(status_code=status.HTTP_204_NO_CONTENT)

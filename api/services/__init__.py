@@ -1,2 +1,3 @@
-"""Plain functions behind the API routes that are not account management (see
-``tuneloop.accounts`` for projects, tokens and the audit log)."""
+"""What routes need beyond one domain call, in HTTP terms: request bodies turned into the
+domain's objects (studies), and store reads shaped into responses (series, exposition, health).
+Domain logic lives below the API (``tuneloop.accounts``, ``tuneloop.jobs``, ...)."""

@@ -10,7 +10,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from alerts.health import receiver_health
-from api.schemas import CheckResult, CollectorCheck, HealthOut, NotifierCheck
+from api.schemas.health import CheckOut, CollectorCheckOut, HealthOut, NotifierCheckOut
 from collector.status import SourceStatus
 from tuneloop.storage import DatabaseUnavailable, check_database
 
@@ -21,18 +21,18 @@ def _elapsed_ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
 
 
-def check_db(engine: Engine) -> CheckResult:
+def check_db(engine: Engine) -> CheckOut:
     started = time.perf_counter()
     try:
         check_database(engine)
     except DatabaseUnavailable as exc:
-        return CheckResult(ok=False, latency_ms=_elapsed_ms(started), error=str(exc))
-    return CheckResult(ok=True, latency_ms=_elapsed_ms(started))
+        return CheckOut(ok=False, latency_ms=_elapsed_ms(started), error=str(exc))
+    return CheckOut(ok=True, latency_ms=_elapsed_ms(started))
 
 
-def check_redis(url: str | None) -> CheckResult:
+def check_redis(url: str | None) -> CheckOut:
     if not url:
-        return CheckResult(ok=None)
+        return CheckOut(ok=None)
     started = time.perf_counter()
     client = redis.Redis.from_url(
         url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S
@@ -41,15 +41,15 @@ def check_redis(url: str | None) -> CheckResult:
         client.ping()
     except (redis.RedisError, OSError) as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return CheckResult(ok=False, latency_ms=_elapsed_ms(started), error=first_line)
+        return CheckOut(ok=False, latency_ms=_elapsed_ms(started), error=first_line)
     finally:
         client.close()
-    return CheckResult(ok=True, latency_ms=_elapsed_ms(started))
+    return CheckOut(ok=True, latency_ms=_elapsed_ms(started))
 
 
-def collector_checks(sources: Sequence[SourceStatus]) -> dict[str, CollectorCheck]:
+def collector_checks(sources: Sequence[SourceStatus]) -> dict[str, CollectorCheckOut]:
     return {
-        source.name: CollectorCheck(
+        source.name: CollectorCheckOut(
             ok=source.ok,
             last_error=source.last_error,
             last_success_at=source.last_success_at,
@@ -59,13 +59,13 @@ def collector_checks(sources: Sequence[SourceStatus]) -> dict[str, CollectorChec
     }
 
 
-def notifier_checks(engine: Engine) -> dict[str, NotifierCheck]:
+def notifier_checks(engine: Engine) -> dict[str, NotifierCheckOut]:
     try:
         health = receiver_health(engine)
     except SQLAlchemyError:  # the database check already says why
         return {}
     return {
-        f"{item.project}/{item.receiver}": NotifierCheck(
+        f"{item.project}/{item.receiver}": NotifierCheckOut(
             ok=item.ok,
             kind=item.kind,
             consecutive_failures=item.consecutive_failures,

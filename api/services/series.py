@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from api.schemas_query import (
-    MatrixData,
-    MatrixSeries,
+from api.schemas.series import (
+    MatrixOut,
+    MatrixSeriesOut,
     RangeAggregation,
-    SeriesList,
+    SeriesListOut,
     SeriesOut,
-    VectorData,
-    VectorSample,
+    VectorOut,
+    VectorSampleOut,
 )
 from tuneloop.errors import InvalidInput
 from tuneloop.storage.timeseries import functions, query
@@ -61,7 +61,7 @@ def invalid_input() -> Iterator[None]:
         raise InvalidInput(str(exc)) from None
 
 
-def list_series(bind: Bind, project_id: int, selector: Selector) -> SeriesList:
+def list_series(bind: Bind, project_id: int, selector: Selector) -> SeriesListOut:
     with invalid_input():
         found = query.find_series(
             bind,
@@ -70,7 +70,7 @@ def list_series(bind: Bind, project_id: int, selector: Selector) -> SeriesList:
             selector.matchers,
             max_series=MAX_SERIES_PER_RESPONSE,
         )
-    return SeriesList(
+    return SeriesListOut(
         series=[SeriesOut(metric=s.metric, labels=dict(s.labels), kind=s.kind) for s in found]
     )
 
@@ -82,13 +82,13 @@ def range_query(
     time_range: TimeRange,
     aggregation: RangeAggregation,
     q: float | None,
-) -> MatrixData:
+) -> MatrixOut:
     """``aggregation`` of each matching series per step; ``rate`` and ``increase`` as
     documented in :mod:`tuneloop.storage.timeseries.functions`."""
     with invalid_input():
         found = _range_series(bind, project_id, selector, time_range, aggregation, q)
-    return MatrixData(
-        result=[MatrixSeries(metric=_metric(s.series), values=_values(s.points)) for s in found]
+    return MatrixOut(
+        result=[MatrixSeriesOut(metric=_metric(s.series), values=_values(s.points)) for s in found]
     )
 
 
@@ -132,7 +132,7 @@ def _range_series(
     )
 
 
-def latest(bind: Bind, project_id: int, selector: Selector, since: datetime | None) -> VectorData:
+def latest(bind: Bind, project_id: int, selector: Selector, since: datetime | None) -> VectorOut:
     with invalid_input():
         found = query.latest(
             bind,
@@ -142,9 +142,9 @@ def latest(bind: Bind, project_id: int, selector: Selector, since: datetime | No
             since=since,
             max_series=MAX_SERIES_PER_RESPONSE,
         )
-    return VectorData(
+    return VectorOut(
         result=[
-            VectorSample(metric=_metric(s.series), value=(unix_time(s.ts), prom_value(s.value)))
+            VectorSampleOut(metric=_metric(s.series), value=(unix_time(s.ts), prom_value(s.value)))
             for s in found
         ]
     )
@@ -152,7 +152,7 @@ def latest(bind: Bind, project_id: int, selector: Selector, since: datetime | No
 
 def histogram_quantile(
     bind: Bind, project_id: int, q: float, selector: Selector, time_range: TimeRange
-) -> MatrixData:
+) -> MatrixOut:
     """Per group of bucket series (labels other than ``le``; no ``__name__``, as in PromQL),
     the ``q``-quantile per step. ``selector.metric`` is the histogram's base name."""
     assert selector.metric is not None
@@ -169,8 +169,10 @@ def histogram_quantile(
             window_s=time_range.window_s,
             max_series=MAX_SERIES_PER_RESPONSE,
         )
-    return MatrixData(
-        result=[MatrixSeries(metric=group.labels, values=_values(group.points)) for group in found]
+    return MatrixOut(
+        result=[
+            MatrixSeriesOut(metric=group.labels, values=_values(group.points)) for group in found
+        ]
     )
 
 

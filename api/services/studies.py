@@ -6,10 +6,9 @@ from dataclasses import replace
 
 from sqlalchemy.orm import Session
 
-from api.services import agents as agent_service
-from api.study_schemas import StudyCreate
+from api.schemas.studies import StudyCreate
+from tuneloop import job_agents
 from tuneloop.storage.models import Job, Study
-from tuneloop.storage.types import utcnow
 from tuner import service
 from tuner.objectives import default_objective
 from tuner.space import SearchSpace
@@ -19,8 +18,8 @@ from tuner.study_options import MemoryPolicy, StudyOptions, measurement_policy
 def create_study(session: Session, job: Job, body: StudyCreate, *, actor: str) -> Study:
     """Validate ``body`` (space, objective, strategy and its options, measurement policy,
     step-timing data of the job, its agent, its pre-study config) and create the study.
-    Raises ``ValueError`` subclasses with one-line reasons (one when the loop would drive a
-    job no agent is serving)."""
+    Raises :mod:`tuneloop.errors` kinds with one-line reasons (invalid input, among them a
+    loop-driven study of a job no agent is serving; a conflict for a taken name)."""
     objective = body.objective or default_objective(job.kind).name
     space = SearchSpace.training(
         batch_size=body.space.batch_size,
@@ -45,7 +44,7 @@ def create_study(session: Session, job: Job, body: StudyCreate, *, actor: str) -
     )
     ranks_seen = service.require_step_timing(session, job, objective)
     if options.driven_by == "tuner":
-        require_live_agent(session, job, options.ack_timeout_s)
+        job_agents.require_live_agent(session, job, options.ack_timeout_s)
     if options.ranks is None and ranks_seen:
         options = replace(options, ranks=ranks_seen)
     return service.create_study(
@@ -61,21 +60,3 @@ def create_study(session: Session, job: Job, body: StudyCreate, *, actor: str) -
         warm_start=body.warm_start,
         actor=actor,
     )
-
-
-def require_live_agent(session: Session, job: Job, within_s: float) -> None:
-    """Refuse a loop-driven study of a job whose agent has not been heard from (registered,
-    long-polled or acknowledged) within ``within_s`` (the study's ``ack_timeout_s``): nothing
-    would apply its trials, and each would time out."""
-    seen = agent_service.last_seen(session, job)
-    if seen is None:
-        raise service.StudyError(
-            f"job {job.name!r} has no agent: start the job with the tuneloop agent "
-            "(docs/agent.md), which registers it, before creating a study"
-        )
-    silent = (utcnow() - seen).total_seconds()
-    if silent > within_s:
-        raise service.StudyError(
-            f"job {job.name!r}: its agent was last seen {silent:.0f} s ago, more than "
-            f"ack_timeout_s ({within_s:g} s); restart the job's agent (docs/agent.md)"
-        )

@@ -8,9 +8,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from api.services import jobs as job_service
 from tests.api.conftest import Minter, bearer
 from tuneloop import accounts, job_configs
+from tuneloop import jobs as job_service
 from tuneloop.runtime import Runtime
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import AuditEntry, JobConfig

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import time
 
-from api.routes.otlp import RecentTargets, Target
+import pytest
+from sqlalchemy.exc import OperationalError
+
+from collector.otlp.targets import RecentTargets, Target
 
 
 def test_recalls_a_confirmed_target() -> None:
@@ -34,3 +37,27 @@ def test_the_oldest_entry_goes_first_past_the_bound() -> None:
         recent.remember(key, Target(1, 10))
     assert recent.recall("a") is None
     assert recent.recall("b") is not None and recent.recall("c") is not None
+
+
+def _database_down() -> Target:
+    raise OperationalError("SELECT 1", {}, Exception("connection refused"))
+
+
+def test_resolve_remembers_and_answers_from_memory_through_an_outage() -> None:
+    recent = RecentTargets()
+    assert recent.resolve("hash-a", lambda: Target(1, 10)) == Target(1, 10)
+    assert recent.resolve("hash-a", _database_down) == Target(1, 10)
+    with pytest.raises(OperationalError):
+        recent.resolve("hash-b", _database_down)
+
+
+def test_resolve_forgets_a_token_the_lookup_refuses() -> None:
+    recent = RecentTargets()
+    recent.resolve("hash-a", lambda: Target(1, 10))
+
+    def refused() -> Target:
+        raise PermissionError("revoked")
+
+    with pytest.raises(PermissionError):
+        recent.resolve("hash-a", refused)
+    assert recent.recall("hash-a") is None

@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine
 
-from api.services.agents import RankGpus, register_agent
 from tests.tuner import jobsim
+from tuneloop.job_agents import RankGpus, register_agent
 from tuneloop.storage import session_factory, session_scope
 from tuneloop.storage.types import utcnow
 from tuner.readings import gpu_memory, job_gpu_uuids, registered_gpu_uuids

@@ -21,6 +21,7 @@ from typing import ClassVar, Literal, Protocol, TypeAlias, runtime_checkable
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from tuneloop.errors import Conflict
 from tuner.objectives import Direction, check_direction
 from tuner.space import BATCH_SIZE, BUCKET_MB, SYNC_PERIOD, ParamValue, SearchSpace
 
@@ -33,8 +34,9 @@ REASON_OOM = "oom"
 ConfigKey: TypeAlias = tuple[tuple[str, str, object], ...]
 
 
-class SpaceExhausted(RuntimeError):
-    """Every configuration the strategy may propose has been tried or excluded."""
+class SpaceExhausted(Conflict, RuntimeError):
+    """Every configuration the strategy may propose has been tried or excluded (a conflict
+    with the study's state, not bad input: the API answers 409)."""
 
 
 def _plain(value: object) -> object:

@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.services import jobs as job_service
 from tuneloop import accounts, job_configs
+from tuneloop import jobs as job_service
 from tuneloop.errors import InvalidInput
 from tuneloop.storage import session_factory, session_scope
 from tuneloop.storage.models import Job

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.services import jobs as job_service
 from tuneloop import accounts, job_configs
+from tuneloop import jobs as job_service
 from tuneloop.job_configs import study_outcome_source, study_trial_source
 from tuneloop.storage import session_factory, session_scope
 from tuneloop.storage.models import AuditEntry, Job, JobConfigRelease

@@ -30,7 +30,7 @@ class SelectorIn(BaseModel):
     match: list[str] = Field(default_factory=list, examples=[['service="llama"']])
 
 
-class AutoscalerSpec(BaseModel):
+class AutoscalerUpdate(BaseModel):
     """An autoscaler's whole definition (``PUT`` replaces it). Changing ``target_kind`` or
     ``target`` needs an admin token; members may change the rest."""
 
@@ -56,7 +56,7 @@ class AutoscalerSpec(BaseModel):
     enabled: bool = True
 
 
-class AutoscalerCreate(AutoscalerSpec):
+class AutoscalerCreate(AutoscalerUpdate):
     name: str = Field(pattern=NAME_PATTERN, examples=["llama-serving"])
 
 

@@ -61,7 +61,7 @@ class AlertOut(BaseModel):
     muted_by: str | None
 
 
-class SilenceIn(BaseModel):
+class SilenceCreate(BaseModel):
     matchers: list[str] = Field(
         min_length=1, examples=[['alertname="GpuXidError"', 'hostname="n1"']]
     )
@@ -82,7 +82,7 @@ class SilenceOut(BaseModel):
     comment: str
 
 
-class ReceiverIn(BaseModel):
+class ReceiverCreate(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
     kind: ReceiverKind
     config: dict[str, Any]
@@ -120,7 +120,7 @@ class ReceiverOut(BaseModel):
         )
 
 
-class InhibitionIn(BaseModel):
+class InhibitionCreate(BaseModel):
     source: list[str] = Field(min_length=1, examples=[['alertname="GpuNodeDown"']])
     target: list[str] = Field(min_length=1, examples=[['gpu=~".+"']])
     equal: list[str] = Field(default_factory=list, examples=[["hostname"]])

@@ -1,5 +1,8 @@
-"""Jobs: plain functions, the caller commits. Their config versions are the domain's
-(:mod:`tuneloop.job_configs`).
+"""Jobs of a project and the config versions people and agents write: plain functions, the
+caller commits. The desired -> released -> observed protocol itself is
+:mod:`tuneloop.job_configs`; the functions here that change something take the ``actor`` (who
+asked: :func:`tuneloop.accounts.actor_name` of a token, or ``"cli"``) and write its audit
+entry themselves, so no caller writes it again.
 
 A job is addressed by name or by id: a reference made only of digits is an id, anything else
 a name (job names therefore may not be all digits).
@@ -15,8 +18,10 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from tuneloop import job_configs
+from tuneloop.accounts import record_job_audit
 from tuneloop.errors import Conflict, InvalidInput, NotFound
-from tuneloop.storage.models import Job, Project
+from tuneloop.storage.models import Job, JobConfig, Project
 
 JobKind = Literal["training", "inference"]
 JobStatus = Literal["pending", "running", "paused", "succeeded", "failed", "cancelled"]
@@ -59,7 +64,9 @@ def create_job(
     kind: str = "training",
     labels: Mapping[str, str] | None = None,
     status: str = "pending",
+    actor: str | None = None,
 ) -> Job:
+    """Create a job; with ``actor`` the audit log says who did."""
     validate_job_name(name)
     if _find_job(session, project, name) is not None:
         raise Conflict(f"job {name!r} already exists in project {project.name!r}")
@@ -75,6 +82,9 @@ def create_job(
             session.add(job)
     except IntegrityError:
         raise Conflict(f"job {name!r} already exists in project {project.name!r}") from None
+    if actor is not None:
+        details = {"name": name, "kind": kind, "labels": dict(job.labels), "status": status}
+        record_job_audit(session, actor, "job.create", job, details)
     return job
 
 
@@ -118,8 +128,10 @@ def update_job(
     *,
     status: str | None = None,
     labels: Mapping[str, str] | None = None,
+    actor: str | None = None,
 ) -> dict[str, Any]:
-    """Set the given fields (``labels`` replaces the whole set); returns what changed."""
+    """Set the given fields (``labels`` replaces the whole set); returns what changed. With
+    ``actor`` a change (none when nothing changed) goes to the audit log."""
     changes: dict[str, Any] = {}
     if status is not None and status != job.status:
         changes["status"] = {"from": job.status, "to": status}
@@ -131,16 +143,37 @@ def update_job(
             job.labels = new_labels
     if changes:
         session.flush()
+        if actor is not None:
+            record_job_audit(session, actor, "job.update", job, changes)
     return changes
 
 
-__all__ = [
-    "JobKind",
-    "JobStatus",
-    "create_job",
-    "get_job",
-    "list_jobs",
-    "update_job",
-    "validate_job_name",
-    "validate_labels",
-]
+# --------------------------------------------------------------------------- config versions
+
+
+def set_desired_config(
+    session: Session, job: Job, config: Mapping[str, Any], *, source: str, actor: str
+) -> JobConfig:
+    """Store ``config`` as the job's next desired version (bounds-checked by
+    :func:`tuneloop.job_configs.propose`) and audit it. The actuator's source is its own."""
+    if source == job_configs.ACTUATOR_SOURCE:
+        raise InvalidInput(f"source {source!r} is reserved for the actuator's own versions")
+    row = job_configs.propose(session, job, dict(config), source=source)
+    _audit_config(session, actor, job, row, config)
+    return row
+
+
+def report_observed_config(
+    session: Session, job: Job, config: Mapping[str, Any], *, source: str, actor: str
+) -> JobConfig:
+    """Store ``config`` as the job's next observed version (the config it runs) and audit it."""
+    row = job_configs.report_observed(session, job, dict(config), source=source)
+    _audit_config(session, actor, job, row, config)
+    return row
+
+
+def _audit_config(
+    session: Session, actor: str, job: Job, row: JobConfig, config: Mapping[str, Any]
+) -> None:
+    details = {"version": row.version, "source": row.source, "config": dict(config)}
+    record_job_audit(session, actor, f"job.config.{row.kind}", job, details)

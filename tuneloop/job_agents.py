@@ -3,6 +3,8 @@
 The ``job_gpus`` rows are what attributes GPU metrics to jobs, projects and teams without
 Kubernetes: every GPU series carries the GPU's ``UUID`` label (dcgm-exporter, DCGM and NVML
 sources alike), and a join on it finds the job (see ``docs/agent.md``).
+
+Registering and acknowledging take the ``actor`` and write their audit entries themselves.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from typing import Any, Final
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from tuneloop import job_configs
+from tuneloop.accounts import record_job_audit
 from tuneloop.errors import Conflict, InvalidInput, NotFound
-from tuneloop.storage.models import Job, JobAgent, JobGpu, Project
+from tuneloop.storage.models import Job, JobAgent, JobConfig, JobGpu, Project
 from tuneloop.storage.types import utcnow
 
 GPU_UUID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,99}")
@@ -65,9 +69,11 @@ def register_agent(
     ranks: Sequence[RankGpus],
     pid: int | None = None,
     details: Mapping[str, Any] | None = None,
+    actor: str | None = None,
 ) -> JobAgent:
     """Record a job's agent and the GPUs of its ranks. A job restarted on other GPUs
-    registers again; earlier registrations stay, for attributing past metrics."""
+    registers again; earlier registrations stay, for attributing past metrics. With
+    ``actor`` the audit log says who registered it."""
     if not HOST_RE.fullmatch(host):
         raise InvalidInput(f"invalid host name {host!r}")
     validate_ranks(ranks, world_size)
@@ -82,7 +88,48 @@ def register_agent(
                 JobGpu(agent_id=agent.id, job_id=job.id, rank=entry.rank, host=host, gpu_uuid=uuid)
             )
     session.flush()
+    if actor is not None:
+        registered = {
+            "agent_id": agent.id,
+            "host": host,
+            "pid": pid,
+            "world_size": world_size,
+            "ranks": [{"rank": r.rank, "gpu_uuids": list(r.gpu_uuids)} for r in ranks],
+            "details": dict(details or {}),
+        }
+        record_job_audit(session, actor, "job.agent.register", job, registered)
     return agent
+
+
+def acknowledge(
+    session: Session, job: Job, *, agent_id: int, version: int, step: int | None, actor: str
+) -> JobConfig:
+    """Agent ``agent_id`` of ``job`` runs released version ``version`` (from ``step``): store
+    it as observed (:func:`tuneloop.job_configs.acknowledge`) and audit it. Raises
+    :class:`NotFound` or :class:`Conflict` for a version never released to the job or an agent
+    of another job; :func:`audit_refused_ack` records those."""
+    agent = agent_of_job(session, job, agent_id)
+    observed = job_configs.acknowledge(session, job, version)
+    touch(agent)
+    ack = {"agent_id": agent_id, "version": version, "step": step}
+    record_job_audit(session, actor, "job.config.ack", job, ack)
+    return observed
+
+
+def audit_refused_ack(
+    session: Session,
+    job: Job,
+    *,
+    agent_id: int,
+    version: int,
+    step: int | None,
+    reason: str,
+    actor: str,
+) -> None:
+    """Audit an acknowledgement :func:`acknowledge` refused (in a transaction of the caller's
+    that outlives the refused one)."""
+    refused = {"agent_id": agent_id, "version": version, "step": step, "reason": reason}
+    record_job_audit(session, actor, "job.config.ack_refused", job, refused)
 
 
 def agent_of_job(session: Session, job: Job, agent_id: int) -> JobAgent:
@@ -106,6 +153,24 @@ def touch(agent: JobAgent) -> None:
 def last_seen(session: Session, job: Job) -> datetime | None:
     """When any agent of ``job`` last registered, long-polled or acknowledged (``None``: never)."""
     return session.scalar(select(func.max(JobAgent.last_seen_at)).where(JobAgent.job_id == job.id))
+
+
+def require_live_agent(session: Session, job: Job, within_s: float) -> None:
+    """Refuse (:class:`InvalidInput`) to tune a job whose agent has not been heard from
+    (registered, long-polled or acknowledged) within ``within_s`` (a study's
+    ``ack_timeout_s``): nothing would apply its trials, and each would time out."""
+    seen = last_seen(session, job)
+    if seen is None:
+        raise InvalidInput(
+            f"job {job.name!r} has no agent: start the job with the tuneloop agent "
+            "(docs/agent.md), which registers it, before creating a study"
+        )
+    silent = (utcnow() - seen).total_seconds()
+    if silent > within_s:
+        raise InvalidInput(
+            f"job {job.name!r}: its agent was last seen {silent:.0f} s ago, more than "
+            f"ack_timeout_s ({within_s:g} s); restart the job's agent (docs/agent.md)"
+        )
 
 
 def list_agents(session: Session, job: Job) -> list[JobAgent]:

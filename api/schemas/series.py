@@ -41,29 +41,29 @@ class SeriesOut(BaseModel):
     kind: Literal["gauge", "counter"]
 
 
-class SeriesList(BaseModel):
+class SeriesListOut(BaseModel):
     series: list[SeriesOut] = Field(description="Ordered by metric name, then creation")
 
 
-class MatrixSeries(BaseModel):
+class MatrixSeriesOut(BaseModel):
     metric: MetricLabels
     values: list[tuple[UnixTime, SampleValue]]
 
 
-class MatrixData(BaseModel):
+class MatrixOut(BaseModel):
     """One series of points per matching series, as Prometheus' range query result."""
 
     resultType: Literal["matrix"] = "matrix"
-    result: list[MatrixSeries]
+    result: list[MatrixSeriesOut]
 
 
-class VectorSample(BaseModel):
+class VectorSampleOut(BaseModel):
     metric: MetricLabels
     value: tuple[UnixTime, SampleValue]
 
 
-class VectorData(BaseModel):
+class VectorOut(BaseModel):
     """One sample per matching series, as Prometheus' instant query result."""
 
     resultType: Literal["vector"] = "vector"
-    result: list[VectorSample]
+    result: list[VectorSampleOut]

@@ -1,4 +1,4 @@
-"""Response bodies of the cost view."""
+"""Response bodies of the cost view (``api/routes/cost.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 from tuneloop.cost import CostGroup, GroupBy
 
 
-class CostFigures(BaseModel):
+class CostFiguresOut(BaseModel):
     key: str | None = Field(
         description="The job, team or GPU; null for GPUs with no job or team, "
         "'project' for the project's total"
@@ -20,7 +20,7 @@ class CostFigures(BaseModel):
     energy_kwh: float = Field(description="From the DCGM energy counters")
 
     @classmethod
-    def of(cls, group: CostGroup) -> CostFigures:
+    def of(cls, group: CostGroup) -> CostFiguresOut:
         return cls(
             key=group.key,
             gpus=group.gpus,
@@ -30,10 +30,10 @@ class CostFigures(BaseModel):
         )
 
 
-class CostReport(BaseModel):
+class CostReportOut(BaseModel):
     start: datetime
     end: datetime
     by: GroupBy
     idle_below_percent: float
-    groups: list[CostFigures]
-    total: CostFigures
+    groups: list[CostFiguresOut]
+    total: CostFiguresOut

@@ -1,0 +1,111 @@
+"""Bodies of ``/api/v1/projects/{project}/jobs``: jobs and their config versions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from tuneloop.job_configs import ConfigKind
+from tuneloop.jobs import JobKind, JobStatus, validate_job_name, validate_labels
+
+JobName = Annotated[
+    str,
+    AfterValidator(validate_job_name),
+    Field(
+        description="1-200 letters, digits, '.', '_', ':', '@' or '-'; not all digits",
+        examples=["llama-70b-sft"],
+    ),
+]
+
+
+Labels = Annotated[
+    dict[str, str],
+    AfterValidator(validate_labels),
+    Field(description="String labels, Prometheus-style names", examples=[{"team": "vision"}]),
+]
+
+
+class JobCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: JobName
+    kind: JobKind = "training"
+    labels: Labels = Field(default_factory=dict)
+    status: JobStatus = "pending"
+
+
+class JobUpdate(BaseModel):
+    """Fields to change; ``labels`` replaces the whole label set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: JobStatus | None = None
+    labels: Labels | None = None
+
+
+class JobOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    project_id: int
+    name: str
+    kind: str
+    labels: dict[str, str]
+    status: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class ConfigIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    config: dict[str, Any] = Field(examples=[{"batch_size": 64, "lr": 0.0003}])
+    source: str = Field(default="api", min_length=1, max_length=50)
+
+
+class ConfigVersionOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    kind: ConfigKind
+    version: int
+    config: dict[str, Any]
+    source: str
+    created_at: datetime
+
+
+class HeldOut(BaseModel):
+    """Why the job's newest desired version is not released yet, as of the actuator's last
+    pass (:class:`tuner.actuators.holds.Hold`)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    reason: str = Field(
+        description="frozen, awaiting_approval, dry_run, out_of_bounds, verifying, "
+        "awaiting_measurements or measuring_baseline"
+    )
+    version: int | None = Field(description="The desired version held")
+    until: datetime | None = Field(
+        description="When the hold ends by itself; null when only a person ends it"
+    )
+    message: str
+
+
+class ReleasedConfigOut(ConfigVersionOut):
+    """The desired version a job should run, and what holds back a newer one."""
+
+    held: HeldOut | None = Field(
+        default=None, description="Why a newer desired version waits; null when none does"
+    )
+
+
+class JobConfigOut(BaseModel):
+    """The latest desired and latest observed config of a job."""
+
+    desired: ConfigVersionOut | None
+    observed: ConfigVersionOut | None
+    in_sync: bool = Field(description="Whether the latest observed config equals the desired one")
+    held: HeldOut | None = Field(
+        default=None, description="Why the latest desired version waits; null when it does not"
+    )
