@@ -27,6 +27,7 @@ from api.schemas import (
     JobCreate,
     JobOut,
     JobUpdate,
+    ObservedWrite,
     Page,
 )
 from api.services import jobs as job_service
@@ -98,12 +99,7 @@ def _config_out(row: object) -> ConfigVersionOut:
 
 
 def _audited(
-    session: Session,
-    token: ApiToken,
-    project: Project,
-    job: Job,
-    row: JobConfig,
-    body: ConfigWrite,
+    session: Session, token: ApiToken, project: Project, job: Job, row: JobConfig
 ) -> ConfigVersionOut:
     """Audit the config version just written and answer it."""
     accounts.record_job_audit(
@@ -112,7 +108,21 @@ def _audited(
         project,
         f"job.config.{row.kind}",
         job,
-        {"version": row.version, "source": row.source, "config": body.config},
+        {
+            "version": row.version,
+            "source": row.source,
+            "origin": row.origin,
+            "config": row.config,
+            **(
+                {
+                    "acknowledged_version": row.acknowledged_version,
+                    "status": row.status,
+                    "reason": row.reason,
+                }
+                if row.kind == "observed"
+                else {}
+            ),
+        },
     )
     return _config_out(row)
 
@@ -125,8 +135,8 @@ def set_desired_config(
     require_member(token, "setting a desired config")
     if body.source == job_configs.ACTUATOR_SOURCE:
         raise InvalidInput(f"source {body.source!r} is reserved for the actuator's own versions")
-    row = job_configs.propose(session, job, body.config, source=body.source)
-    return _audited(session, token, project, job, row, body)
+    row = job_configs.propose(session, job, body.config, origin="api", source=body.source)
+    return _audited(session, token, project, job, row)
 
 
 @router.post(
@@ -135,12 +145,22 @@ def set_desired_config(
     summary="Report the config the job runs (next observed version)",
 )
 def report_observed_config(
-    body: ConfigWrite, job: JobDep, project: ProjectDep, session: SessionDep, token: CurrentToken
+    body: ObservedWrite, job: JobDep, project: ProjectDep, session: SessionDep, token: CurrentToken
 ) -> ConfigVersionOut:
-    """A ``desired_version`` in the config must be one released to this job (409 otherwise):
-    the tuner takes it as the job's acknowledgement."""
-    row = job_configs.report_observed(session, job, body.config, source=body.source)
-    return _audited(session, token, project, job, row, body)
+    """``acknowledged_version`` (or ``desired_version`` in the config) must be one released to
+    this job (409 otherwise): the tuner takes it as the job's acknowledgement. ``status`` oom or
+    failed says the job could not run it."""
+    settings, report = job_configs.split_wire_body(
+        body.config,
+        acknowledged_version=body.acknowledged_version,
+        status=body.status,
+        reason=body.reason,
+    )
+    origin: job_configs.Origin = "agent" if token.role == "agent" else "api"
+    row = job_configs.report_observed(
+        session, job, settings, report, origin=origin, source=body.source
+    )
+    return _audited(session, token, project, job, row)
 
 
 @router.get("/{job}/config", summary="Latest desired and latest observed config")

@@ -11,7 +11,14 @@ from typing import Any
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from tuneloop.job_configs import ACK_KEY, REASON_KEY, STATUS_KEY, append_version, propose
+from tuneloop.job_configs import (
+    ACK_KEY,
+    REASON_KEY,
+    STATUS_KEY,
+    append_version,
+    propose,
+    split_wire_body,
+)
 from tuneloop.storage import session_factory, session_scope
 from tuneloop.storage.models import Job, JobConfig, Project
 from tuneloop.storage.timeseries.types import SeriesBatch, SeriesKind
@@ -129,7 +136,9 @@ def report(
     with session_scope(session_factory(engine)) as session:
         job = session.get(Job, job_id)
         assert job is not None
-        row = append_version(session, job, "observed", body, source="agent")
+        # The agent's wire body, stored as the API stores it (the keys in typed columns).
+        settings, typed = split_wire_body(body)
+        row = append_version(session, job, "observed", settings, origin="agent", report=typed)
         row.created_at = at
         return row.version
 
