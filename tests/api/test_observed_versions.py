@@ -111,3 +111,14 @@ def test_a_source_that_looks_like_a_study_is_still_a_change_through_the_api(
     assert written.status_code == 200, written.text
     out = written.json()
     assert (out["source"], out["origin"], out["origin_study_id"]) == ("tuner:study:1", "api", None)
+
+
+def test_a_report_that_the_job_could_not_run_its_settings_is_not_in_sync(
+    client: TestClient, heads: dict[str, dict[str, str]]
+) -> None:
+    register(client, heads["agent"])
+    failed = observe(client, heads["agent"], config={"batch_size": 32}, status="failed")
+    assert failed.status_code == 201, failed.text
+    assert client.get(f"{JOB}/config", headers=heads["member"]).json()["in_sync"] is False
+    observe(client, heads["agent"], config={"batch_size": 32})
+    assert client.get(f"{JOB}/config", headers=heads["member"]).json()["in_sync"] is True

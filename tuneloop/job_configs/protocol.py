@@ -190,10 +190,13 @@ class ConfigState:
 
     @property
     def in_sync(self) -> bool:
-        """The job says it runs the latest desired version (an ack), or reports its config."""
+        """The job says it runs the latest desired version (an ack), or reports running its
+        settings (a report that it could not run them is not in sync)."""
         if self.desired is None or self.observed is None:
             return False
-        return self.acknowledged_version == self.desired.version or runs_config(
+        if self.acknowledged_version == self.desired.version:
+            return True
+        return self.observed.status == "running" and runs_config(
             self.observed.config, self.desired.config
         )
 
