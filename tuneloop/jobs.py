@@ -158,22 +158,43 @@ def set_desired_config(
     :func:`tuneloop.job_configs.propose`) and audit it. The actuator's source is its own."""
     if source == job_configs.ACTUATOR_SOURCE:
         raise InvalidInput(f"source {source!r} is reserved for the actuator's own versions")
-    row = job_configs.propose(session, job, dict(config), source=source)
-    _audit_config(session, actor, job, row, config)
+    row = job_configs.propose(session, job, dict(config), origin="api", source=source)
+    _audit_config(session, actor, job, row)
     return row
 
 
 def report_observed_config(
-    session: Session, job: Job, config: Mapping[str, Any], *, source: str, actor: str
+    session: Session,
+    job: Job,
+    config: Mapping[str, Any],
+    *,
+    acknowledged_version: int | None,
+    status: job_configs.ObservedStatus | None,
+    reason: str | None,
+    origin: job_configs.Origin,
+    source: str,
+    actor: str,
 ) -> JobConfig:
-    """Store ``config`` as the job's next observed version (the config it runs) and audit it."""
-    row = job_configs.report_observed(session, job, dict(config), source=source)
-    _audit_config(session, actor, job, row, config)
+    """Store ``config`` as the job's next observed version with what the job says of it (the
+    desired version it acknowledges, its status and why) and audit it. The agents' older wire
+    format, those keys inside ``config``, is read the same way."""
+    settings, report = job_configs.split_wire_body(
+        config, acknowledged_version=acknowledged_version, status=status, reason=reason
+    )
+    row = job_configs.report_observed(session, job, settings, report, origin=origin, source=source)
+    _audit_config(session, actor, job, row)
     return row
 
 
-def _audit_config(
-    session: Session, actor: str, job: Job, row: JobConfig, config: Mapping[str, Any]
-) -> None:
-    details = {"version": row.version, "source": row.source, "config": dict(config)}
+def _audit_config(session: Session, actor: str, job: Job, row: JobConfig) -> None:
+    details: dict[str, Any] = {
+        "version": row.version,
+        "source": row.source,
+        "origin": row.origin,
+        "config": row.config,
+    }
+    if row.kind == "observed":
+        details.update(
+            acknowledged_version=row.acknowledged_version, status=row.status, reason=row.reason
+        )
     record_job_audit(session, actor, f"job.config.{row.kind}", job, details)

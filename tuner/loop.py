@@ -7,13 +7,13 @@ one repeats nothing and loses nothing:
 1. no running trial: the first trial measures the job's pre-study config (the desired version
    recorded at creation; nothing new is written, the job already runs it, and its window starts
    with the trial); after that, ask the strategy, write the proposal (with its learning rate) as
-   the job's next **desired config version** (``source=study_trial_source``), store the trial
+   the job's next **desired config version** (origin ``tuner-trial``), store the trial
    as ``running`` with that version;
 2. the job reports the trial failed or out of memory (an observed config acknowledging the
    version with ``status`` ``oom``/``failed``, or the job ``failed``): the trial is
    ``infeasible``;
 3. waiting for the job to acknowledge the version (an observed config whose
-   ``desired_version`` is at least the trial's); after ``ack_timeout_s`` the trial ``failed``;
+   ``acknowledged_version`` is at least the trial's); after ``ack_timeout_s`` the trial ``failed``;
    a newer desired version written by someone else also fails it (its measurement would be of
    another config) and stops the study until someone resumes it (theirs stays); after a
    timeout no trial starts until the job reports again, and if it has not reported within
@@ -39,13 +39,9 @@ from sqlalchemy.orm import Session
 from tuneloop.errors import InvalidInput
 from tuneloop.job_configs import (
     FAILED_STATUSES,
-    REASON_KEY,
-    STATUS_KEY,
-    acknowledged_version,
     first_acknowledgement,
     latest_config,
     propose,
-    study_trial_source,
 )
 from tuneloop.storage.models import Job, JobConfig, Study, Trial
 from tuner import service, study_end
@@ -197,7 +193,7 @@ def _write_desired(session: Session, study: Study, job: Job, params: dict[str, A
     # The tuned keys replace theirs; whatever else the job's desired config holds stays.
     previous = latest_config(session, job, "desired")
     config = {**(previous.config if previous is not None else {}), **params}
-    return propose(session, job, config, source=study_trial_source(study.id))
+    return propose(session, job, config, origin="tuner-trial", study_id=study.id)
 
 
 def _ended(outcome: study_end.Outcome) -> StepResult:
@@ -222,10 +218,10 @@ def _advance_trial(
 
     observed = latest_config(session, job, "observed")
     if observed is not None:
-        acked = acknowledged_version(observed.config)
-        status = observed.config.get(STATUS_KEY)
+        acked = observed.acknowledged_version
+        status = observed.status
         if acked is not None and acked >= version and status in FAILED_STATUSES:
-            detail = str(observed.config.get(REASON_KEY) or "reported by the job")
+            detail = observed.reason or "reported by the job"
             reason = REASON_OOM if status == REASON_OOM else f"failed: {detail}"
             return tell_trial(
                 session,
@@ -235,7 +231,7 @@ def _advance_trial(
                 reason=reason,
                 measurements={
                     "desired_version": version,
-                    "observed_version": observed.version,
+                    "acknowledged_version": acked,
                     "status": status,
                     "detail": detail,
                 },
@@ -298,10 +294,12 @@ def _advance_trial(
             job,
             "trial.applied",
             trial,
-            {"desired_version": version, "observed_version": ack.version},
+            {"desired_version": version, "acknowledged_version": ack.acknowledged_version},
         )
         session.flush()
-        return StepResult("applied", trial.number, f"observed version {ack.version}")
+        return StepResult(
+            "applied", trial.number, f"acknowledged as version {ack.acknowledged_version}"
+        )
 
     return measure_trial(session, study, job, trial, options, now)
 

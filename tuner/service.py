@@ -7,8 +7,7 @@ have proposed without the interruption (strategies depend only on seed and histo
 
 Storage layout (see docs/tuner.md, "Study persistence"):
 
-- ``Study.space``: ``SearchSpace.to_dict()`` plus :data:`SEED_KEY` (the strategy's seed or
-  ``None``); ``SearchSpace.from_dict`` ignores the extra key.
+- ``Study.space``: ``SearchSpace.to_dict()``; ``Study.seed``: the strategy's seed or ``None``.
 - ``Study.options``: :class:`~tuner.study_options.StudyOptions` (strategy options, measurement
   policy, ranks, SLO, who drives the trials, warm-start studies).
 - ``Study.baseline_version``: the job's desired version before the first trial (the pre-study
@@ -64,7 +63,6 @@ from tuner.study_priors import (
     warm_start_studies,
 )
 from tuner.study_records import (
-    SEED_KEY,
     StudyError,
     best,
     check_state,
@@ -160,7 +158,8 @@ def create_study(
         objective=objective,
         direction=chosen,
         strategy=strategy,
-        space={**space.to_dict(), SEED_KEY: seed},
+        space=space.to_dict(),
+        seed=seed,
         state="running",
         options=options.to_dict(),
         baseline_version=baseline_version,
@@ -450,7 +449,6 @@ def cancel_study(session: Session, study: Study, *, actor: str = ACTOR) -> bool:
 
 __all__: Sequence[str] = [
     "GPU_MEMORY_KEY",
-    "SEED_KEY",
     "SIGNATURE_LABELS",
     "DuplicateStudyError",
     "StudyEndedError",

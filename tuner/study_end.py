@@ -12,11 +12,12 @@ config that was measured as good:
   acknowledging or ended) and ``cancelled``: the pre-study config is restored;
 - ``stopped`` (not an end: it may be resumed) restores it too, since a stop can last days.
 
-Each restore or apply is ONE desired config with ``source=study_outcome_source(study.id)``,
-which the actuator releases at once and records as the job's last good version. A restore is
-written only while the job's desired config is one of the study's own trial configs: a config
-someone else wrote since stays theirs, and a job never moved off its pre-study config needs
-no new version. Every end goes to the audit log (``study.<state>``) with its reason.
+Each restore or apply is ONE desired config of origin ``study-outcome`` (``origin_study_id``:
+the study), which the actuator releases at once and records as the job's last good version.
+A restore is written only while the job's desired config is one of the study's own trial
+configs: a config someone else wrote since stays theirs, and a job never moved off its
+pre-study config needs no new version. Every end goes to the audit log (``study.<state>``)
+with its reason.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from sqlalchemy.orm import Session
 
 from tuneloop.accounts import record_audit
 from tuneloop.errors import InvalidInput
-from tuneloop.job_configs import latest_config, propose, study_outcome_source, study_trial_source
+from tuneloop.job_configs import latest_config, propose
 from tuneloop.storage.models import Job, JobConfig, Study, Trial
 from tuneloop.storage.types import utcnow
 from tuner import study_records
@@ -87,7 +88,7 @@ def restore_pre_study(session: Session, study: Study, job: Job) -> tuple[JobConf
     """Put the job back on its pre-study config if the study's trials moved it; returns the
     version written (if any) and what happened, in words."""
     current = latest_config(session, job, "desired")
-    if current is None or current.source != study_trial_source(study.id):
+    if current is None or (current.origin, current.origin_study_id) != ("tuner-trial", study.id):
         if current is not None and current.version != study.baseline_version:
             return None, f"desired version {current.version} ({current.source}) stays"
         return None, "the job stays on its pre-study config"
@@ -95,7 +96,7 @@ def restore_pre_study(session: Session, study: Study, job: Job) -> tuple[JobConf
     if before is None:
         return None, "no pre-study config was recorded: the job stays where it is"
     try:
-        row = propose(session, job, before.config, source=study_outcome_source(study.id))
+        row = propose(session, job, before.config, origin="study-outcome", study_id=study.id)
     except InvalidInput as exc:
         return None, f"the pre-study config could not be restored: {exc}"
     return row, f"the job is back on its pre-study config (version {before.version})"
@@ -105,7 +106,7 @@ def _apply(session: Session, study: Study, job: Job, top: Trial) -> JobConfig:
     # The tuned keys (and their learning rate) replace the pre-study ones; the rest stays.
     before = pre_study_config(session, study) or latest_config(session, job, "desired")
     config = {**(before.config if before is not None else {}), **top.params}
-    return propose(session, job, config, source=study_outcome_source(study.id))
+    return propose(session, job, config, origin="study-outcome", study_id=study.id)
 
 
 def complete(session: Session, study: Study, job: Job, why: str, *, actor: str) -> Outcome:

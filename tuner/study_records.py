@@ -21,9 +21,6 @@ from tuner.strategies.base import TRIAL_STATES, BaseStrategy, Observation, Trial
 from tuner.strategies.registry import make_strategy
 from tuner.study_options import StudyOptions
 
-SEED_KEY = "strategy_seed"
-"""Key of ``Study.space`` that holds the strategy's seed."""
-
 
 class StudyError(InvalidInput):
     """Bad input to a study operation (the entry point answers 4xx, the task does not retry)."""
@@ -39,12 +36,11 @@ def study_space(study: Study) -> SearchSpace:
 
 def study_strategy(study: Study) -> BaseStrategy:
     """The study's strategy, rebuilt from its row: the same seed gives the same proposals."""
-    seed = study.space.get(SEED_KEY)
     return make_strategy(
         study.strategy,
         study_space(study),
         direction=check_direction(study.direction),
-        seed=seed,
+        seed=study.seed,
         options=study_options(study).strategy_options,
     )
 
@@ -146,7 +142,6 @@ def best(session: Session, study: Study) -> Trial | None:
 
 
 __all__: Sequence[str] = [
-    "SEED_KEY",
     "StudyError",
     "best",
     "check_state",

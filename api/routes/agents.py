@@ -245,7 +245,8 @@ def _refuse(runtime: RuntimeDep, token: ApiToken, job: Job, body: AckIn, why: st
 def acknowledge(
     body: AckIn, job: JobDep, session: SessionDep, token: CurrentToken, runtime: RuntimeDep
 ) -> ConfigVersionOut:
-    """Stores observed version ``version`` (the desired config of that number). Refused with
+    """Stores the job's next observed version: the desired config of ``version``, with
+    ``acknowledged_version`` = ``version`` (repeating the ack answers the same one). Refused with
     409, and written to the audit log, when the version was never released to this job or the
     agent is registered to another job."""
     try:

@@ -27,6 +27,7 @@ from api.schemas.jobs import (
     JobCreate,
     JobOut,
     JobUpdate,
+    ObservedIn,
 )
 from tuneloop import accounts, job_configs, jobs
 from tuneloop.jobs import JobStatus
@@ -111,12 +112,21 @@ def set_desired_config(
     summary="Report the config the job runs (next observed version)",
 )
 def report_observed_config(
-    body: ConfigIn, job: JobDep, session: SessionDep, token: CurrentToken
+    body: ObservedIn, job: JobDep, session: SessionDep, token: CurrentToken
 ) -> ConfigVersionOut:
-    """A ``desired_version`` in the config must be one released to this job (409 otherwise):
-    the tuner takes it as the job's acknowledgement."""
+    """``acknowledged_version`` (or ``desired_version`` in the config) must be one released to
+    this job (409 otherwise): the tuner takes it as the job's acknowledgement. ``status`` oom or
+    failed says the job could not run it."""
     row = jobs.report_observed_config(
-        session, job, body.config, source=body.source, actor=accounts.actor_name(token)
+        session,
+        job,
+        body.config,
+        acknowledged_version=body.acknowledged_version,
+        status=body.status,
+        reason=body.reason,
+        origin="agent" if token.role == "agent" else "api",
+        source=body.source,
+        actor=accounts.actor_name(token),
     )
     return ConfigVersionOut.model_validate(row)
 

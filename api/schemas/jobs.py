@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from tuneloop.job_configs import ConfigKind
+from tuneloop.job_configs import ConfigKind, ObservedStatus, Origin
 from tuneloop.jobs import JobKind, JobStatus, validate_job_name, validate_labels
 
 JobName = Annotated[
@@ -65,14 +65,55 @@ class ConfigIn(BaseModel):
     source: str = Field(default="api", min_length=1, max_length=50)
 
 
+class ObservedIn(ConfigIn):
+    """An observed config. What it says about the desired versions goes in the typed fields;
+    the keys ``desired_version``, ``status`` and ``reason`` inside ``config`` (the agents'
+    older wire format) are accepted too and stored the same way."""
+
+    acknowledged_version: int | None = Field(
+        default=None, ge=1, description="The released desired version the job now runs"
+    )
+    status: ObservedStatus | None = Field(
+        default=None, description="running (the default), or oom / failed: it could not run it"
+    )
+    reason: str | None = Field(default=None, max_length=2000, description="Why it could not")
+
+
 class ConfigVersionOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
     kind: ConfigKind
-    version: int
-    config: dict[str, Any]
-    source: str
+    version: int = Field(
+        description="Desired: the number agents run and acknowledge. Observed: the n-th report "
+        "of the job; which desired version it runs is acknowledged_version"
+    )
+    config: dict[str, Any] = Field(description="The job's settings")
+    source: str = Field(description="Free text of the writer, for the audit trail")
+    origin: Origin = Field(
+        description="Who wrote it: api, agent, tuner-trial, study-outcome or actuator"
+    )
+    origin_study_id: int | None = Field(
+        default=None, description="The study behind a tuner-trial or study-outcome version"
+    )
+    acknowledged_version: int | None = Field(
+        default=None,
+        description="Observed: the desired version the job says it runs (null: it did not "
+        "say); null on desired versions",
+    )
+    status: ObservedStatus | None = Field(
+        default=None, description="Observed: running, oom or failed; null on desired versions"
+    )
+    reason: str | None = Field(
+        default=None, description="Observed: why the job could not run it; null on desired"
+    )
     created_at: datetime
+
+    @model_validator(mode="after")
+    def _only_observed_report(self) -> ConfigVersionOut:
+        # Desired rows carry the columns' defaults, which say nothing about them.
+        if self.kind == "desired":
+            self.status = self.reason = None
+        return self
 
 
 class HeldOut(BaseModel):

@@ -9,7 +9,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tuneloop.storage.models import Study, Trial
 from tuner.memory import DEFAULT_HEADROOM
-from tuner.service import SEED_KEY
 from tuner.study_options import DEFAULT_ACK_TIMEOUT_S
 
 Bounds = tuple[int, int]
@@ -109,7 +108,6 @@ class StudyOut(BaseModel):
 
     @classmethod
     def of(cls, study: Study) -> StudyOut:
-        space = {k: v for k, v in study.space.items() if k != SEED_KEY}
         return cls(
             id=study.id,
             job_id=study.job_id,
@@ -118,8 +116,8 @@ class StudyOut(BaseModel):
             direction=study.direction,
             strategy=study.strategy,
             state=study.state,
-            seed=study.space.get(SEED_KEY),
-            space=space,
+            seed=study.seed,
+            space=dict(study.space),
             options=dict(study.options or {}),
             created_at=study.created_at,
             baseline_version=study.baseline_version,

@@ -236,8 +236,11 @@ def test_acks_of_unreleased_versions_or_other_jobs_are_refused_and_audited(
     assert ack.status_code == 201
     assert ack.json()["kind"] == "observed"
     assert ack.json()["version"] == 1
-    # The observed config names the desired version it runs, as the tuning loop reads acks.
-    assert ack.json()["config"] == {"batch_size": 32, "desired_version": 1}
+    # The observed version names the desired version it runs, as the tuning loop reads acks;
+    # its config holds only the job's settings.
+    assert ack.json()["config"] == {"batch_size": 32}
+    assert ack.json()["acknowledged_version"] == 1
+    assert (ack.json()["origin"], ack.json()["status"]) == ("agent", "running")
     again = client.post(
         f"{JOB}/config/ack", json={"agent_id": agent["id"], "version": 1}, headers=heads["agent"]
     )

@@ -6,12 +6,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from tuneloop.job_configs import ACK_KEY, REASON_KEY, STATUS_KEY, append_version, propose
+from tuneloop.job_configs import ObservedReport, ObservedStatus, append_version, propose
 from tuneloop.storage import session_factory, session_scope
 from tuneloop.storage.models import Job, JobConfig, Project
 from tuneloop.storage.timeseries.types import SeriesBatch, SeriesKind
@@ -123,13 +123,11 @@ def report(
     config: dict[str, Any] | None = None,
 ) -> int:
     """The agent reports running ``desired_version`` (or failing on it) as of ``at``."""
-    body: dict[str, Any] = {**(config or {}), ACK_KEY: desired_version, STATUS_KEY: status}
-    if reason is not None:
-        body[REASON_KEY] = reason
+    typed = ObservedReport(desired_version, cast(ObservedStatus, status), reason or "")
     with session_scope(session_factory(engine)) as session:
         job = session.get(Job, job_id)
         assert job is not None
-        row = append_version(session, job, "observed", body, source="agent")
+        row = append_version(session, job, "observed", config or {}, origin="agent", report=typed)
         row.created_at = at
         return row.version
 

@@ -59,7 +59,7 @@ def test_create_and_audit(engine: Engine) -> None:
     with session_scope(session_factory(engine)) as session:
         study = _study(session)
         assert study.direction == "maximize"
-        assert study.space[service.SEED_KEY] == 7
+        assert study.seed == 7
         assert service.study_space(study) == SPACE
         actions = session.scalars(select(AuditEntry.action)).all()
         assert actions == ["study.create"]

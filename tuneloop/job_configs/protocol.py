@@ -3,9 +3,9 @@
 The tuner, the actuator and people propose desired versions (:func:`propose`, which checks
 them against the job's bounds and wakes long-polling agents), the actuator releases them
 (:func:`release`), agents fetch the released one (:func:`released_config`) and acknowledge it
-(:func:`acknowledge`) as the observed version of the same number, or report what they run
-(:func:`report_observed`). :func:`state` reads all of it for a job. Plain functions; the
-caller owns the transaction.
+(:func:`acknowledge`) with an observed version that names it (``acknowledged_version``), or
+report what they run (:func:`report_observed`). :func:`state` reads all of it for a job.
+Plain functions; the caller owns the transaction.
 """
 
 from __future__ import annotations
@@ -15,18 +15,18 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tuneloop.config_bounds import Bound, bound_problems, parse_bounds
 from tuneloop.config_events import changed_after_commit
 from tuneloop.errors import Conflict, InvalidInput
+from tuneloop.job_configs.observed import ACK_KEY, ObservedReport, UnknownVersion
+from tuneloop.job_configs.origins import Origin
 from tuneloop.job_configs.versions import (
-    ACK_KEY,
-    acknowledged_version,
     append_version,
     config_version,
     latest_config,
+    lock_job,
     runs_config,
 )
 from tuneloop.storage.models import Job, JobActuator, JobConfig, JobConfigMark, JobConfigRelease
@@ -34,11 +34,8 @@ from tuneloop.storage.models import Job, JobActuator, JobConfig, JobConfigMark, 
 ReleaseReason = Literal["goal", "step", "rollback"]
 
 ACTUATOR_SOURCE: Final = "actuator"
-"""Source of the desired versions the actuator writes itself (steps and rollbacks); reserved."""
-
-
-class UnknownVersion(Conflict):
-    """An agent acknowledged a version that was never released to its job."""
+"""``source`` text of the versions the actuator writes itself (origin ``actuator``); reserved,
+so that the audit trail does not show a person's change as the actuator's."""
 
 
 def actuator_row(session: Session, job: Job) -> JobActuator | None:
@@ -52,11 +49,18 @@ def job_bounds(session: Session, job: Job) -> dict[str, Bound]:
 
 
 def propose(
-    session: Session, job: Job, config: Mapping[str, Any], *, source: str = "api"
+    session: Session,
+    job: Job,
+    config: Mapping[str, Any],
+    *,
+    origin: Origin = "api",
+    study_id: int | None = None,
+    source: str | None = None,
 ) -> JobConfig:
-    """Write ``config`` as the job's next desired version. One outside the job's bounds is
-    refused with :class:`InvalidInput` naming every key out of bounds. Agents long-polling the
-    job are woken once the caller commits."""
+    """Write ``config`` as the job's next desired version, written by ``origin`` (``study_id``:
+    the study behind a study's version; ``source``: free text for the audit trail). One outside
+    the job's bounds is refused with :class:`InvalidInput` naming every key out of bounds.
+    Agents long-polling the job are woken once the caller commits."""
     problems = bound_problems(job_bounds(session, job), config)
     if problems:
         raise InvalidInput(
@@ -65,27 +69,33 @@ def propose(
             ".../actuator)"
         )
     changed_after_commit(session, job.id)
-    return append_version(session, job, "desired", config, source=source)
+    return append_version(
+        session, job, "desired", config, origin=origin, study_id=study_id, source=source
+    )
 
 
 def report_observed(
-    session: Session, job: Job, config: Mapping[str, Any], *, source: str = "api"
+    session: Session,
+    job: Job,
+    config: Mapping[str, Any],
+    report: ObservedReport | None = None,
+    *,
+    origin: Origin = "api",
+    source: str | None = None,
 ) -> JobConfig:
-    """Write ``config`` as the job's next observed version. One that names the desired version
-    it runs (``desired_version``) is an acknowledgement, which the tuner trusts: refused with
-    :class:`UnknownVersion` unless that version was released to this job, as :func:`acknowledge`
-    refuses it."""
-    if ACK_KEY in config:
-        version = acknowledged_version(config)
-        if (
-            version is None
-            or config_version(session, job, "desired", version) is None
-            or not is_released(session, job, version)
-        ):
-            raise UnknownVersion(
-                f"{ACK_KEY} {config[ACK_KEY]!r} was never released to job {job.name!r}"
-            )
-    return append_version(session, job, "observed", config, source=source)
+    """Write ``config`` (the job's settings) as the job's next observed version. A ``report``
+    that names the desired version the job runs is an acknowledgement, which the tuner trusts:
+    refused with :class:`UnknownVersion` unless that version was released to this job, as
+    :func:`acknowledge` refuses it."""
+    acked = report.acknowledged_version if report is not None else None
+    if acked is not None and (
+        config_version(session, job, "desired", acked) is None
+        or not is_released(session, job, acked)
+    ):
+        raise UnknownVersion(f"{ACK_KEY} {acked!r} was never released to job {job.name!r}")
+    return append_version(
+        session, job, "observed", config, origin=origin, source=source, report=report
+    )
 
 
 def is_released(session: Session, job: Job, version: int) -> bool:
@@ -122,38 +132,46 @@ def released_config(session: Session, job: Job) -> JobConfig | None:
 
 
 def acknowledge(session: Session, job: Job, version: int) -> JobConfig:
-    """Record that the job now runs released desired ``version``: the observed version of the
-    same number, with the same config. Repeating an ack returns the same row.
+    """Record that the job now runs released desired ``version``: the next observed version,
+    with the desired config and ``acknowledged_version`` = ``version``. Repeating an ack
+    returns the same row.
 
     :class:`UnknownVersion` when ``version`` was never released to this job; :class:`Conflict`
     when a newer version was acknowledged already (a late or replayed ack)."""
     desired = config_version(session, job, "desired", version)
     if desired is None or not is_released(session, job, version):
         raise UnknownVersion(f"version {version} was never released to job {job.name!r}")
-    existing = config_version(session, job, "observed", version)
+    # Held until the caller commits, so two agents acking at once write one row.
+    lock_job(session, job)
+    existing = session.scalars(
+        select(JobConfig)
+        .where(
+            JobConfig.job_id == job.id,
+            JobConfig.kind == "observed",
+            JobConfig.acknowledged_version == version,
+        )
+        .order_by(JobConfig.version)
+        .limit(1)
+    ).first()
     if existing is not None:
         return existing
-    latest = latest_config(session, job, "observed")
-    if latest is not None and latest.version > version:
-        raise Conflict(
-            f"job {job.name!r} already acknowledged version {latest.version}, newer than {version}"
+    newest = session.scalar(
+        select(func.max(JobConfig.acknowledged_version)).where(
+            JobConfig.job_id == job.id, JobConfig.kind == "observed"
         )
-    row = JobConfig(
-        job_id=job.id,
-        kind="observed",
-        version=version,
-        config={**desired.config, ACK_KEY: version},
-        source="agent",
     )
-    try:
-        with session.begin_nested():
-            session.add(row)
-    except IntegrityError:
-        raced = config_version(session, job, "observed", version)
-        if raced is None:
-            raise
-        return raced
-    return row
+    if newest is not None and newest > version:
+        raise Conflict(
+            f"job {job.name!r} already acknowledged version {newest}, newer than {version}"
+        )
+    return append_version(
+        session,
+        job,
+        "observed",
+        desired.config,
+        origin="agent",
+        report=ObservedReport(acknowledged_version=version),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,14 +186,17 @@ class ConfigState:
     @property
     def acknowledged_version(self) -> int | None:
         """The desired version the job last said it runs, if it said one."""
-        return None if self.observed is None else acknowledged_version(self.observed.config)
+        return None if self.observed is None else self.observed.acknowledged_version
 
     @property
     def in_sync(self) -> bool:
-        """The job says it runs the latest desired version (an ack), or reports its config."""
+        """The job says it runs the latest desired version (an ack), or reports running its
+        settings (a report that it could not run them is not in sync)."""
         if self.desired is None or self.observed is None:
             return False
-        return self.acknowledged_version == self.desired.version or runs_config(
+        if self.acknowledged_version == self.desired.version:
+            return True
+        return self.observed.status == "running" and runs_config(
             self.observed.config, self.desired.config
         )
 

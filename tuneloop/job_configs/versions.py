@@ -6,10 +6,12 @@ functions; the caller owns the transaction. :mod:`tuneloop.job_configs.protocol`
 writers call: it checks a desired config against the job's bounds before
 :func:`append_version` numbers it.
 
-The agent acknowledges a desired version by reporting an observed config whose
-:data:`ACK_KEY` is that version (or a later one), and reports a configuration it could not run
-with :data:`STATUS_KEY` set to one of :data:`FAILED_STATUSES` (``oom`` for out of memory) and
-an optional :data:`REASON_KEY`.
+Who wrote a version is :mod:`tuneloop.job_configs.origins`; what an observed version says
+about the desired ones (the version it acknowledges, ``status``, ``reason``) is
+:mod:`tuneloop.job_configs.observed`. Both are columns; ``config`` holds only the settings.
+
+An observed row's ``version`` is its own sequence (the n-th report of the job); the desired
+version it runs is ``acknowledged_version``, the one number to compare with desired versions.
 """
 
 from __future__ import annotations
@@ -22,51 +24,19 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tuneloop.errors import Conflict
+from tuneloop.job_configs.observed import ObservedReport
+from tuneloop.job_configs.origins import Origin, check_origin, default_source
 from tuneloop.storage.models import Job, JobConfig
 
 ConfigKind = Literal["desired", "observed"]
 
 CONFIG_WRITE_ATTEMPTS: Final = 5
 
-ACK_KEY: Final = "desired_version"
-"""Key of an observed config: the desired version the job now runs."""
-STUDY_SOURCE_PREFIX: Final = "tuner:study:"
-"""``JobConfig.source`` of the desired configs a tuning study writes for its trials (then the
-study's id): exploration, released without verification and never the last good version."""
-STUDY_OUTCOME_SUFFIX: Final = ":outcome"
-"""Ends the source of the one desired config a study writes when it ends: the pre-study config
-it restores, or the best config after it beat the pre-study one by more than the noise. Either
-was measured as good, so the actuator releases it as the job's last good version."""
-STATUS_KEY: Final = "status"
-"""Key of an observed config: ``running``, or one of :data:`FAILED_STATUSES`."""
-REASON_KEY: Final = "reason"
-FAILED_STATUSES: Final = ("oom", "failed")
 
-
-def study_trial_source(study_id: int) -> str:
-    """``JobConfig.source`` of a study's trial configs."""
-    return f"{STUDY_SOURCE_PREFIX}{study_id}"
-
-
-def study_outcome_source(study_id: int) -> str:
-    """``JobConfig.source`` of the config a study leaves the job on when it ends."""
-    return f"{STUDY_SOURCE_PREFIX}{study_id}{STUDY_OUTCOME_SUFFIX}"
-
-
-def is_study_trial(source: str | None) -> bool:
-    return (
-        source is not None
-        and source.startswith(STUDY_SOURCE_PREFIX)
-        and not source.endswith(STUDY_OUTCOME_SUFFIX)
-    )
-
-
-def is_study_outcome(source: str | None) -> bool:
-    return (
-        source is not None
-        and source.startswith(STUDY_SOURCE_PREFIX)
-        and source.endswith(STUDY_OUTCOME_SUFFIX)
-    )
+def lock_job(session: Session, job: Job) -> None:
+    """Hold the job's row until the transaction ends (``FOR UPDATE`` on PostgreSQL), so its
+    config writers take turns; SQLite serializes writers itself."""
+    session.scalars(select(Job.id).where(Job.id == job.id).with_for_update()).one()
 
 
 def append_version(
@@ -75,16 +45,25 @@ def append_version(
     kind: ConfigKind,
     config: Mapping[str, Any],
     *,
-    source: str = "api",
+    origin: Origin = "api",
+    study_id: int | None = None,
+    source: str | None = None,
+    report: ObservedReport | None = None,
 ) -> JobConfig:
     """Add the next ``kind`` version of ``job``'s config (previous + 1, starting at 1), with no
     check of its content: :func:`tuneloop.job_configs.protocol.propose` checks desired ones.
+    ``report`` is an observed version's typed part; ``source`` defaults to a text naming the
+    origin (and the study).
 
     The job row is locked first (``FOR UPDATE`` on PostgreSQL), so concurrent writers get
     consecutive versions. SQLite has no row locks: a writer that loses the race retries with
     the next number, and after :data:`CONFIG_WRITE_ATTEMPTS` gets :class:`Conflict`.
     """
-    session.scalars(select(Job.id).where(Job.id == job.id).with_for_update()).one()
+    check_origin(origin, study_id)
+    if report is not None and kind != "observed":
+        raise ValueError("only an observed version carries a report")
+    typed = report or ObservedReport()
+    lock_job(session, job)
     for _ in range(CONFIG_WRITE_ATTEMPTS):
         current = session.scalar(
             select(func.max(JobConfig.version)).where(
@@ -96,7 +75,12 @@ def append_version(
             kind=kind,
             version=(current or 0) + 1,
             config=dict(config),
-            source=source,
+            source=source or default_source(origin, study_id),
+            origin=origin,
+            origin_study_id=study_id,
+            acknowledged_version=typed.acknowledged_version,
+            status=typed.status,
+            reason=typed.reason,
         )
         try:
             with session.begin_nested():
@@ -124,30 +108,21 @@ def config_version(session: Session, job: Job, kind: ConfigKind, version: int) -
     ).one_or_none()
 
 
-def acknowledged_version(config: Mapping[str, Any]) -> int | None:
-    """The desired version an observed config says the job runs, if it says one."""
-    value = config.get(ACK_KEY)
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value
-
-
 def runs_config(observed: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    """Whether an observed config reports the same settings as ``desired`` (the
-    acknowledgement it carries aside): a desired version equal to what already runs is in
-    sync without a release of its own."""
-    return {k: v for k, v in observed.items() if k != ACK_KEY} == dict(desired)
+    """Whether an observed config reports the same settings as ``desired``: a desired version
+    equal to what already runs is in sync without a release of its own."""
+    return dict(observed) == dict(desired)
 
 
 def first_acknowledgement(session: Session, job: Job, desired_version: int) -> JobConfig | None:
-    """The earliest observed config that reports ``desired_version`` or a later one."""
-    rows = session.scalars(
+    """The earliest observed config that acknowledges ``desired_version`` or a later one."""
+    return session.scalars(
         select(JobConfig)
-        .where(JobConfig.job_id == job.id, JobConfig.kind == "observed")
+        .where(
+            JobConfig.job_id == job.id,
+            JobConfig.kind == "observed",
+            JobConfig.acknowledged_version >= desired_version,
+        )
         .order_by(JobConfig.version)
-    )
-    for row in rows:
-        acked = acknowledged_version(row.config)
-        if acked is not None and acked >= desired_version:
-            return row
-    return None
+        .limit(1)
+    ).first()

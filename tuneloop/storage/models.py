@@ -94,7 +94,9 @@ class Job(Base):
 
 class JobConfig(Base):
     """One version of a job's desired config (written by tuner, API or a person) or of the
-    config its agent reports running (observed). Versions only grow; rows are never updated."""
+    config its agent reports running (observed). Versions only grow; rows are never updated.
+    ``config`` holds only the job's settings; who wrote a version and what an observed one
+    says about the desired versions are columns (migration 0009; ``tuneloop.job_configs``)."""
 
     __tablename__ = "job_configs"
     __table_args__ = (UniqueConstraint("job_id", "kind", "version"),)
@@ -104,8 +106,24 @@ class JobConfig(Base):
     kind: Mapped[str] = mapped_column(String(10))
     """``desired`` or ``observed``."""
     version: Mapped[int] = mapped_column(Integer)
+    """The row's place in its kind's sequence for the job: previous + 1, starting at 1."""
     config: Mapped[dict[str, Any]] = mapped_column()
     source: Mapped[str] = mapped_column(String(50), default="api")
+    """Free text for people and the audit trail (the API's caller chooses it); code reads
+    ``origin`` instead."""
+    origin: Mapped[str] = mapped_column(String(20), default="api", server_default="api")
+    """Who wrote it: ``api``, ``agent``, ``tuner-trial``, ``study-outcome`` or ``actuator``."""
+    origin_study_id: Mapped[int | None] = mapped_column(
+        ForeignKey("studies.id", ondelete="SET NULL"), index=True, default=None
+    )
+    """The study that wrote a ``tuner-trial`` or ``study-outcome`` version (``None`` once the
+    study is deleted)."""
+    acknowledged_version: Mapped[int | None] = mapped_column(Integer, default=None)
+    """Observed only: the desired version the job says it runs (``None``: it did not say)."""
+    status: Mapped[str] = mapped_column(String(20), default="running", server_default="running")
+    """Observed only: ``running``, ``oom`` or ``failed``."""
+    reason: Mapped[str] = mapped_column(Text, default="", server_default="")
+    """Observed only: why the job could not run it, in its words."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -120,6 +138,9 @@ class Study(Base):
     direction: Mapped[str] = mapped_column(String(10), default="maximize")
     strategy: Mapped[str] = mapped_column(String(50))
     space: Mapped[dict[str, Any]] = mapped_column()
+    """``SearchSpace.to_dict()``."""
+    seed: Mapped[int | None] = mapped_column(Integer, default=None)
+    """The strategy's seed (migration 0009 moved it out of ``space``)."""
     state: Mapped[str] = mapped_column(String(20), default="running")
     """``running``, ``stopped`` (no trials; the job back on its pre-study config), or an end
     state: ``complete``, ``failed``, ``cancelled`` (``end_reason`` says why; docs/tuner.md)."""

@@ -24,7 +24,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from tuneloop import accounts, errors, job_configs
 from tuneloop.config_events import changed_after_commit
 from tuneloop.errors import TemporaryError
-from tuneloop.job_configs import ReleaseReason, is_study_outcome, is_study_trial
+from tuneloop.job_configs import ReleaseReason
 from tuneloop.storage.models import Job, JobActuator, JobConfig, JobConfigMark, JobConfigRelease
 from tuneloop.storage.timeseries.query import query_range
 from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp
@@ -104,7 +104,7 @@ def adopt_initial(session: Session, job: Job, config: Mapping[str, Any]) -> JobC
     released = job_configs.released_config(session, job)
     if released is not None:
         return released
-    version = job_configs.propose(session, job, config, source="agent")
+    version = job_configs.propose(session, job, config, origin="agent")
     job_configs.release(session, job, version.version, "goal")
     row.goal_version = row.released_version = row.last_good_version = version.version
     session.flush()
@@ -119,7 +119,7 @@ def _goal_version(session: Session, job: Job, row: JobActuator) -> int | None:
         select(func.max(JobConfig.version)).where(
             JobConfig.job_id == job.id,
             JobConfig.kind == "desired",
-            JobConfig.source != job_configs.ACTUATOR_SOURCE,
+            JobConfig.origin != "actuator",
         )
     )
     if newest is not None and newest > (row.goal_version or 0):
@@ -131,11 +131,11 @@ def _desired(session: Session, job: Job, number: int | None) -> JobConfig | None
     return None if number is None else job_configs.config_version(session, job, "desired", number)
 
 
-def role_of(source: str | None) -> VersionRole:
+def role_of(found: JobConfig) -> VersionRole:
     """What a desired version is to the policy, from who wrote it."""
-    if is_study_trial(source):
+    if found.origin == "tuner-trial":
         return "study_trial"
-    if is_study_outcome(source):
+    if found.origin == "study-outcome":
         return "study_outcome"
     return "change"
 
@@ -143,14 +143,14 @@ def role_of(source: str | None) -> VersionRole:
 def _as_version(found: JobConfig | None) -> Version | None:
     if found is None:
         return None
-    return Version(found.version, dict(found.config), role_of(found.source))
+    return Version(found.version, dict(found.config), role_of(found))
 
 
 def _last_good(session: Session, job: Job, row: JobActuator) -> Version | None:
     """The last good version; a study's trial recorded as good before trials were told apart
     gives way to the newest released version before it that is not one."""
     found = _desired(session, job, row.last_good_version)
-    if found is None or not is_study_trial(found.source):
+    if found is None or role_of(found) != "study_trial":
         return _as_version(found)
     earlier = session.scalars(
         select(JobConfig)
@@ -167,7 +167,7 @@ def _last_good(session: Session, job: Job, row: JobActuator) -> Version | None:
         .order_by(JobConfig.version.desc())
     )
     for candidate in earlier:
-        if not is_study_trial(candidate.source):
+        if role_of(candidate) != "study_trial":
             row.last_good_version = candidate.version
             return _as_version(candidate)
     return None
@@ -218,7 +218,7 @@ def needs_reconcile(session: Session, job: Job) -> bool:
         return False
     # A study's trial stays unverified until the study ends: nothing to do meanwhile.
     released = _desired(session, job, row.released_version)
-    return released is None or not is_study_trial(released.source)
+    return released is None or role_of(released) != "study_trial"
 
 
 def reconcile_job(session: Session, job: Job, *, now: datetime | None = None) -> Decision:
@@ -289,11 +289,18 @@ def _apply(
             # can ask for "newer than what I run", hence a copy of the goal under a new number.
             goal = job_configs.config_version(session, job, "desired", version)
             assert goal is not None
-            # A copy of a study's version keeps its source, so it stays what it was.
-            source = (
-                job_configs.ACTUATOR_SOURCE if role_of(goal.source) == "change" else goal.source
-            )
-            copy = job_configs.propose(session, job, goal.config, source=source)
+            # A copy of a study's version keeps its origin, so it stays what it was.
+            if role_of(goal) == "change":
+                copy = job_configs.propose(session, job, goal.config, origin="actuator")
+            else:
+                copy = job_configs.propose(
+                    session,
+                    job,
+                    goal.config,
+                    origin=job_configs.check_origin(goal.origin, goal.origin_study_id),
+                    study_id=goal.origin_study_id,
+                    source=goal.source,
+                )
             version = copy.version
         verified = decision.reason == "goal"  # a study's versions are measured by the study
         _release(session, job, row, policy if verified else None, version, "goal", now)
@@ -305,9 +312,7 @@ def _apply(
             _mark(session, job, version, "good", decision, None)
     elif decision.action == "step":
         assert decision.config is not None
-        step = job_configs.propose(
-            session, job, decision.config, source=job_configs.ACTUATOR_SOURCE
-        )
+        step = job_configs.propose(session, job, decision.config, origin="actuator")
         _release(session, job, row, policy, step.version, "step", now)
     elif decision.action == "confirm":
         assert decision.version is not None
@@ -316,9 +321,7 @@ def _apply(
     elif decision.action == "rollback":
         assert decision.version is not None and decision.config is not None
         _mark(session, job, decision.version, "bad", decision, row.baseline)
-        back = job_configs.propose(
-            session, job, decision.config, source=job_configs.ACTUATOR_SOURCE
-        )
+        back = job_configs.propose(session, job, decision.config, origin="actuator")
         job_configs.release(session, job, back.version, "rollback")
         # The version rolled back to is known good: nothing to verify. It supersedes the goal
         # that led to the bad version, not one written since (a study's next trial): that

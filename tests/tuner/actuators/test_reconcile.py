@@ -205,12 +205,14 @@ def test_periodic_task_reconciles_every_active_job(
 def study_desire(
     sessions: sessionmaker[Session], job_id: int, config: dict[str, int], *, outcome: bool = False
 ) -> int:
-    """A desired version written as study 1's trial, or with ``outcome`` as its outcome."""
+    """A desired version written as study 1's trial, or with ``outcome`` as its outcome (no
+    study row: the version's origin is what the actuator reads)."""
+    origin: job_configs.Origin = "study-outcome" if outcome else "tuner-trial"
     source = study_outcome_source(1) if outcome else study_trial_source(1)
     with session_scope(sessions) as session:
         job = session.get(Job, job_id)
         assert job is not None
-        return job_configs.propose(session, job, config, source=source).version
+        return job_configs.propose(session, job, config, origin=origin, source=source).version
 
 
 def progress(sessions: sessionmaker[Session], job_id: int) -> tuple[int | None, ...]:
