@@ -19,6 +19,18 @@ from tuneloop.demo import workloads  # noqa: E402
 from tuneloop.demo.workloads.spec import loss, score_sums  # noqa: E402
 
 
+def test_shapes_relabels_training_labels_only() -> None:
+    from tuneloop.demo.workloads import shapes
+
+    y = np.random.default_rng(1).integers(0, shapes.CLASSES, size=30_000)
+    held_out = np.arange(5_000)
+    labels = shapes.noisy_labels(y, held_out, np.random.default_rng(2))
+    assert np.array_equal(labels[held_out], y[held_out])
+    changed = float(np.mean(labels[5_000:] != y[5_000:]))
+    expected = shapes.LABEL_NOISE * (shapes.CLASSES - 1) / shapes.CLASSES
+    assert abs(changed - expected) < 0.02
+
+
 @pytest.mark.parametrize("name", ["teacher", "shapes", "charlm", "digits"])
 def test_workload_data_is_seeded_and_its_model_learns_a_few_steps(
     name: str, tmp_path: Path

@@ -79,8 +79,13 @@ def score_sums(
         return float(nll) / math.log(2), float(len(labels))
 
 
+def split_indices(samples: int, validation: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed split (``seed``): the indices of ``validation`` held-out samples and the rest."""
+    order = np.random.default_rng(seed).permutation(samples)
+    return order[:validation], order[validation:]
+
+
 def save_split(path: Path, x: np.ndarray, y: np.ndarray, validation: int, seed: int) -> None:
-    """A fixed split (``seed``) of ``validation`` held-out samples, the rest for training."""
-    order = np.random.default_rng(seed).permutation(len(y))
-    val, train = order[:validation], order[validation:]
+    """The split of :func:`split_indices`, written as the ``.npz`` the ranks read."""
+    val, train = split_indices(len(y), validation, seed)
     np.savez(path, x_train=x[train], y_train=y[train], x_val=x[val], y_val=y[val])
