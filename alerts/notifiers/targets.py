@@ -70,8 +70,8 @@ def blocked_reason(address: IPAddress, allowed: Sequence[IPNetwork] = ()) -> str
         (address.is_link_local, "link-local"),
         (address.is_multicast, "multicast"),
         (address.is_unspecified, "unspecified"),
-        (address.is_private, "private"),
         (address.is_reserved, "reserved"),
+        (address.is_private, "private"),
         (not address.is_global, "not a public address"),
     )
     return next((reason for blocked, reason in checks if blocked), None)

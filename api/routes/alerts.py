@@ -207,6 +207,7 @@ def create_receiver(
 ) -> ReceiverOut:
     """Needs an admin token. Its URL (or mail server) must be a public address, or one in a
     network of ``TUNELOOP_ALERTS_ALLOWED_TARGET_NETWORKS``; checked again on every send."""
+    _writer(token)  # an agent token hears that it may change nothing at all
     require(token.role == "admin", ADMIN_FOR_RECEIVERS)
     row = store.create_receiver(
         session,
