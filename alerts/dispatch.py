@@ -25,8 +25,8 @@ from datetime import datetime, timedelta
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter
-from sqlalchemy import or_, select, update
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import exists, or_, select, update
+from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from alerts.notifiers.base import AlertMessage, GroupMessage, Notifier, Outcome
 from alerts.notifiers.config import ReceiverConfig, parse_config
@@ -150,6 +150,16 @@ class Dispatcher:
 
     def _claim(self, groups: int) -> list[_Batch]:
         now = self.clock()
+        # One alert's events reach a receiver in order: a resolve waits while the firing before
+        # it is still pending (retried, or leased to a sender that may have died), so that a
+        # late re-send of the trigger cannot reopen what the resolve closed.
+        earlier = aliased(Notification)
+        in_order = ~exists().where(
+            earlier.instance_id == Notification.instance_id,
+            earlier.receiver_id == Notification.receiver_id,
+            earlier.status == "pending",
+            earlier.id < Notification.id,
+        )
         with session_scope(self.sessions) as session:
             statement = (
                 select(Notification, AlertReceiver)
@@ -160,6 +170,7 @@ class Dispatcher:
                         Notification.next_attempt_at.is_(None), Notification.next_attempt_at <= now
                     ),
                     AlertReceiver.enabled.is_(True),
+                    in_order,
                 )
                 .order_by(Notification.id)
                 .limit(MAX_CLAIM)

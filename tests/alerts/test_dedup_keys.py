@@ -108,3 +108,27 @@ def test_pagerduty_events_sent_again_and_the_resolve_share_one_dedup_key(
     assert resolve.body["dedup_key"] == key
     assert next_trigger.body["dedup_key"] != key
     assert len(next_trigger.body["dedup_key"]) <= 255
+
+
+def test_a_resolve_waits_for_the_firing_still_in_flight(
+    alerting: Alerting, receiver: Receiver
+) -> None:
+    """Sent after a late re-send of the trigger, a resolve would leave an incident open."""
+    alerting.rule(**HOT)
+    config = {"routing_key": "R" * 32, "url": f"{receiver.url}/v2/enqueue"}
+    alerting.receiver("pd", kind="pagerduty", config=config)
+    alerting.write(TEMP, {"gpu": "0", "hostname": "n1"}, [(0, 95.0), (60, 40.0)])
+    clock = Clock()
+    alerting.evaluate(0)
+    send_then_die(alerting, clock)
+    alerting.evaluate(60)
+    clock.now = at(60)
+    waiting = Dispatcher(alerting.sessions, clock=clock)
+    assert waiting.dispatch() == 0, "the trigger is still leased: the resolve waits"
+    clock.now = at(0) + LEASE
+    assert waiting.dispatch() == 1 and waiting.drain()  # the trigger again
+    assert waiting.dispatch() == 1 and waiting.drain()  # then the resolve
+    waiting.close()
+    actions = [r.body["event_action"] for r in receiver.wait_for(3)]
+    assert actions == ["trigger", "trigger", "resolve"]
+    assert alerting.outcomes() == [("pd", "firing", "sent", 1), ("pd", "resolved", "sent", 1)]
