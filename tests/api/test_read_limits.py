@@ -71,4 +71,3 @@ def test_the_watcher_cancels_only_after_a_disconnect() -> None:
 
     assert asyncio.run(run(stays=1, wait_s=0.6)) is True
     assert asyncio.run(run(stays=1_000, wait_s=0.3)) is False
-
