@@ -7,14 +7,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
 
+from actuators import job as actuator
+from actuators.holds import hold
+from actuators.policy_config import ActuationPolicy, PolicyError
 from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, SessionDep, require_member
 from api.routes.jobs import JobDep
 from api.schemas.actuators import ActuatorOut, ApproveIn, ConfigMarkOut
 from tuneloop import accounts, job_configs
 from tuneloop.storage.models import JobActuator
-from tuner.actuators import job as actuator
-from tuner.actuators.holds import hold
-from tuner.actuators.policy_config import ActuationPolicy, PolicyError
 
 router = APIRouter(
     prefix=f"{API_PREFIX}/projects/{{project}}/jobs/{{job}}",
@@ -76,7 +76,7 @@ def set_actuator_policy(
     except PolicyError as exc:
         raise PolicyError(f"invalid actuation policy: {exc}") from None  # a 422
     row = actuator.set_policy(session, job, parsed)
-    # Left here until tuner.actuators.job's writers take the actor themselves.
+    # Left here until actuators.job's writers take the actor themselves.
     accounts.record_job_audit(
         session, accounts.actor_name(token), "actuator.policy", job, {"policy": parsed.to_dict()}
     )

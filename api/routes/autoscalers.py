@@ -23,6 +23,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Response, status
 from sqlalchemy.orm import Session
 
+from actuators.autoscaler import store
+from actuators.autoscaler.store import Definition
 from api.deps import (
     API_PREFIX,
     AUTH_ERRORS,
@@ -42,8 +44,6 @@ from api.schemas.autoscalers import (
 from api.schemas.common import ErrorOut, Page
 from tuneloop import accounts
 from tuneloop.storage.models import ApiToken, Autoscaler, Project
-from tuner.actuators.autoscaler import store
-from tuner.actuators.autoscaler.store import Definition
 
 router = APIRouter(
     prefix=f"{API_PREFIX}/projects/{{project}}/autoscalers",

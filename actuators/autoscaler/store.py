@@ -13,16 +13,16 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from tuneloop.errors import Conflict, NotFound
-from tuneloop.storage.models import Autoscaler, Project
-from tuneloop.storage.types import utcnow
-from tuner.actuators.autoscaler.spec import (
+from actuators.autoscaler.spec import (
     check_selector,
     check_signals,
     check_target,
     policy_from_dict,
     policy_to_dict,
 )
+from tuneloop.errors import Conflict, NotFound
+from tuneloop.storage.models import Autoscaler, Project
+from tuneloop.storage.types import utcnow
 
 TARGET_FIELDS = ("target_kind", "target")
 """What decides where the server sends requests: only admins set these."""

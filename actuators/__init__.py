@@ -1,9 +1,9 @@
 """Actuators: push decisions to running jobs and autoscalers, verify them, roll them back.
 
-* :mod:`tuner.actuators.policy`: the job actuator's pure policy (bounds, maximum change per step,
+* :mod:`actuators.policy`: the job actuator's pure policy (bounds, maximum change per step,
   freeze window, dry-run, manual approval, verification and rollback).
-* :mod:`tuner.actuators.job`: the reconcile loop that applies it to the store, idempotently.
-* :mod:`tuner.actuators.tasks`: the periodic task that reconciles every job with a policy.
+* :mod:`actuators.job`: the reconcile loop that applies it to the store, idempotently.
+* :mod:`actuators.tasks`: the periodic task that reconciles every job with a policy.
 
 The API and the tuning loop use the modules in ``__all__``: ``policy_config`` (a stored
 policy, checked), ``job`` and ``holds`` (a reconcile pass and its holds) and ``tasks`` (one

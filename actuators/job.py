@@ -1,5 +1,5 @@
 """The job actuator's reconcile loop: read a job's desired, released and observed state from
-the store, ask :func:`tuner.actuators.policy.decide` for the one next action, and write it.
+the store, ask :func:`actuators.policy.decide` for the one next action, and write it.
 
 Idempotent by construction: every input is re-read, every output is a row (a release, a
 desired version, a mark, the actuator row's progress), and the decision for the state it
@@ -21,16 +21,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
-from tuneloop import accounts, errors, job_configs
-from tuneloop.config_events import changed_after_commit
-from tuneloop.errors import TemporaryError
-from tuneloop.job_configs import ReleaseReason
-from tuneloop.storage.models import Job, JobActuator, JobConfig, JobConfigMark, JobConfigRelease
-from tuneloop.storage.timeseries.query import query_range
-from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp
-from tuneloop.storage.types import utcnow
-from tuner.actuators import holds
-from tuner.actuators.policy import (
+from actuators import holds
+from actuators.policy import (
     Decision,
     Stats,
     Version,
@@ -39,8 +31,16 @@ from tuner.actuators.policy import (
     decide,
     verification_due,
 )
-from tuner.actuators.policy_config import ActuationPolicy
-from tuner.measurement import window_stats
+from actuators.policy_config import ActuationPolicy
+from tuneloop import accounts, errors, job_configs
+from tuneloop.config_events import changed_after_commit
+from tuneloop.errors import TemporaryError
+from tuneloop.job_configs import ReleaseReason
+from tuneloop.storage.models import Job, JobActuator, JobConfig, JobConfigMark, JobConfigRelease
+from tuneloop.storage.timeseries.query import query_range
+from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp
+from tuneloop.storage.types import utcnow
+from tuneloop.window_stats import window_stats
 
 log = logging.getLogger(__name__)
 
