@@ -5,7 +5,11 @@
 * :mod:`actuators.job`: the reconcile loop that applies it to the store, idempotently.
 * :mod:`actuators.tasks`: the periodic task that reconciles every job with a policy.
 
-The API and the tuning loop use the modules in ``__all__``: ``policy_config`` (a stored
+A component beside the tuner, not inside it: the two never import each other. A study's
+trial or outcome reaches the job actuator as a desired version in the store, and what both
+measure by is the core's (:mod:`tuneloop.window_stats`).
+
+The API and the task registry use the modules in ``__all__``: ``policy_config`` (a stored
 policy, checked), ``job`` and ``holds`` (a reconcile pass and its holds) and ``tasks`` (one
 job's reconcile now, and the periodic pass); ``autoscaler`` has its own. A job's config
 versions and their protocol are the domain's (:mod:`tuneloop.job_configs`).
