@@ -6,6 +6,10 @@ desired version, a mark, the actuator row's progress), and the decision for the 
 leaves behind is ``none`` or ``wait``. Two reconcilers racing on one job (the periodic task
 and a long-poll) cannot both act: the actuator row carries a generation counter, and the
 loser's transaction fails with :class:`ReconcileConflict` and changes nothing.
+
+What people change (:func:`set_policy`, :func:`approve`) takes the ``actor`` (a token's
+:func:`tuneloop.accounts.actor_name`) and writes the audit entry itself; the loop's own
+actions are audited as :data:`ACTOR`.
 """
 
 from __future__ import annotations
@@ -73,15 +77,22 @@ def ensure_actuator(session: Session, job: Job) -> JobActuator:
     return row
 
 
-def set_policy(session: Session, job: Job, policy: ActuationPolicy) -> JobActuator:
+def set_policy(
+    session: Session, job: Job, policy: ActuationPolicy, *, actor: str | None = None
+) -> JobActuator:
+    """Make ``policy`` the job's; with ``actor`` (who asked) the audit log says who did."""
     row = ensure_actuator(session, job)
     row.policy = policy.to_dict()
     session.flush()
+    if actor is not None:
+        details = {"policy": policy.to_dict()}
+        accounts.record_job_audit(session, actor, "actuator.policy", job, details)
     return row
 
 
-def approve(session: Session, job: Job, version: int) -> JobActuator:
-    """Allow the release of desired versions up to ``version``."""
+def approve(session: Session, job: Job, version: int, *, actor: str | None = None) -> JobActuator:
+    """Allow the release of desired versions up to ``version``; with ``actor`` the approval
+    is audited, even one that an earlier, higher approval already covers (it was asked for)."""
     if job_configs.config_version(session, job, "desired", version) is None:
         raise errors.NotFound(f"job {job.name!r} has no desired version {version}")
     row = ensure_actuator(session, job)
@@ -89,6 +100,8 @@ def approve(session: Session, job: Job, version: int) -> JobActuator:
         row.approved_version = version
         session.flush()
         changed_after_commit(session, job.id)
+    if actor is not None:
+        accounts.record_job_audit(session, actor, "actuator.approve", job, {"version": version})
     return row
 
 

@@ -75,21 +75,14 @@ def set_actuator_policy(
         parsed = ActuationPolicy.from_dict(policy)
     except PolicyError as exc:
         raise PolicyError(f"invalid actuation policy: {exc}") from None  # a 422
-    row = actuator.set_policy(session, job, parsed)
-    # Left here until actuators.job's writers take the actor themselves.
-    accounts.record_job_audit(
-        session, accounts.actor_name(token), "actuator.policy", job, {"policy": parsed.to_dict()}
-    )
+    row = actuator.set_policy(session, job, parsed, actor=accounts.actor_name(token))
     return _out(row)
 
 
 @router.post("/actuator/approve", summary="Approve desired versions up to one")
 def approve(body: ApproveIn, job: JobDep, session: SessionDep, token: CurrentToken) -> ActuatorOut:
     require_member(token, "approving a desired version")
-    row = actuator.approve(session, job, body.version)
-    accounts.record_job_audit(
-        session, accounts.actor_name(token), "actuator.approve", job, {"version": body.version}
-    )
+    row = actuator.approve(session, job, body.version, actor=accounts.actor_name(token))
     return _out(row)
 
 
