@@ -61,6 +61,8 @@ PURE_TUNER_MODULES = (
     "tuneloop.window_stats",
     "actuators.policy",
     "actuators.policy_config",
+    "actuators.autoscaler.policy",
+    "actuators.autoscaler.reconcile",
 )
 IO_LIBRARIES = ("sqlalchemy", "psycopg", "httpx", "fastapi", "celery", "redis", "kubernetes")
 
