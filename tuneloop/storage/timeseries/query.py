@@ -5,14 +5,13 @@ tables for the part of the range they cover completely (up to their watermark) a
 for the rest, and merges the partial aggregates of both in one ``GROUP BY``, so the answer does
 not depend on which source served which minute.
 
-Regular expressions follow Python's ``re`` syntax on SQLite and POSIX ARE on PostgreSQL; the
-common subset (classes, alternation, repetition, groups) behaves the same. Both are fully
-anchored, as PromQL matchers are.
+Regular expressions are RE2 (:mod:`tuneloop.regex`), fully anchored as PromQL matchers are:
+SQLite matches with RE2 itself (linear time); PostgreSQL runs its own ``~`` on a pattern RE2
+has accepted first, so both backends take the same language.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import DBAPIError
 
+from tuneloop.regex import InvalidRegex, compile_anchored, postgres_pattern
 from tuneloop.storage.models import ROLLUP_TABLES, Series, samples
 from tuneloop.storage.timeseries.rollups import (
     ceil_time,
@@ -183,15 +183,14 @@ def _label_value(dialect: str, name: str) -> ColumnElement[str]:
 
 
 def _regex_match(dialect: str, value: ColumnElement[str], matcher: Matcher) -> ColumnElement[bool]:
+    # RE2 checks the pattern on both backends, so both accept the same language.
     try:
-        re.compile(matcher.value)
-    except re.error as exc:
-        raise ValueError(
-            f"invalid regular expression {matcher.value!r} for label {matcher.name!r}: {exc}"
-        ) from None
-    if dialect == "postgresql":
-        return value.regexp_match(f"^(?:{matcher.value})$")
-    # The engine registers regexp(pattern, value) with re.fullmatch: already anchored.
+        if dialect == "postgresql":
+            return value.regexp_match(postgres_pattern(matcher.value))
+        compile_anchored(matcher.value)
+    except InvalidRegex as exc:
+        raise InvalidRegex(exc.pattern, exc.reason, f" for label {matcher.name!r}") from None
+    # The engine registers regexp(pattern, value) with RE2's full match: already anchored.
     return func.regexp(matcher.value, value, type_=Boolean())
 
 
