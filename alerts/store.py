@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
@@ -46,6 +46,9 @@ from tuneloop.storage.timeseries.types import SeriesKind
 
 MAX_SILENCE = timedelta(days=90)
 
+_Named = TypeVar("_Named", AlertRule, AlertReceiver)
+_Numbered = TypeVar("_Numbered", AlertSilence, AlertInhibition)
+
 
 def _audit(
     session: Session,
@@ -64,6 +67,22 @@ def _audit(
             project_id=project_id,
             details=details,
         )
+
+
+def _named(session: Session, model: type[_Named], project: Project, name: str) -> _Named | None:
+    return session.scalars(
+        select(model).where(model.project_id == project.id, model.name == name)
+    ).one_or_none()
+
+
+def _numbered(
+    session: Session, model: type[_Numbered], project: Project, row_id: int, what: str
+) -> _Numbered:
+    row = session.get(model, row_id)
+    # Another project's row reads as missing: ids are global, projects must not see each other.
+    if row is None or row.project_id != project.id:
+        raise NotFound(f"{what} {row_id} not found")
+    return row
 
 
 # --------------------------------------------------------------------------- rules
@@ -102,9 +121,7 @@ def definition(row: AlertRule) -> RuleDefinition:
 
 
 def get_rule(session: Session, project: Project, name: str) -> AlertRule:
-    row = session.scalars(
-        select(AlertRule).where(AlertRule.project_id == project.id, AlertRule.name == name)
-    ).one_or_none()
+    row = _named(session, AlertRule, project, name)
     if row is None:
         raise NotFound(f"alert rule {name!r} not found")
     return row
@@ -141,10 +158,7 @@ def create_rule(
     actor: str | None = None,
 ) -> AlertRule:
     check_rule(session, project, rule)
-    exists = session.scalars(
-        select(AlertRule.id).where(AlertRule.project_id == project.id, AlertRule.name == rule.name)
-    ).first()
-    if exists is not None:
+    if _named(session, AlertRule, project, rule.name) is not None:
         raise Conflict(f"alert rule {rule.name!r} already exists in project {project.name!r}")
     row = AlertRule(project_id=project.id, name=rule.name)
     _apply(row, rule, source)
@@ -283,11 +297,7 @@ def create_receiver(
         check_receiver(parsed, allowed)
     except TargetRefused as exc:
         raise InvalidInput(f"{kind} receiver: {exc}") from None
-    if session.scalars(
-        select(AlertReceiver.id).where(
-            AlertReceiver.project_id == project.id, AlertReceiver.name == name
-        )
-    ).first():
+    if _named(session, AlertReceiver, project, name) is not None:
         raise Conflict(f"receiver {name!r} already exists in project {project.name!r}")
     row = AlertReceiver(
         project_id=project.id,
@@ -307,11 +317,7 @@ def create_receiver(
 
 
 def get_receiver(session: Session, project: Project, name: str) -> AlertReceiver:
-    row = session.scalars(
-        select(AlertReceiver).where(
-            AlertReceiver.project_id == project.id, AlertReceiver.name == name
-        )
-    ).one_or_none()
+    row = _named(session, AlertReceiver, project, name)
     if row is None:
         raise NotFound(f"receiver {name!r} not found")
     return row
@@ -406,10 +412,7 @@ def create_silence(
 
 
 def get_silence(session: Session, project: Project, silence_id: int) -> AlertSilence:
-    row = session.get(AlertSilence, silence_id)
-    if row is None or row.project_id != project.id:
-        raise NotFound(f"silence {silence_id} not found")
-    return row
+    return _numbered(session, AlertSilence, project, silence_id, "silence")
 
 
 def list_silences(
@@ -467,10 +470,7 @@ def list_inhibitions(session: Session, project: Project) -> list[AlertInhibition
 
 
 def get_inhibition(session: Session, project: Project, inhibition_id: int) -> AlertInhibition:
-    row = session.get(AlertInhibition, inhibition_id)
-    if row is None or row.project_id != project.id:
-        raise NotFound(f"inhibit rule {inhibition_id} not found")
-    return row
+    return _numbered(session, AlertInhibition, project, inhibition_id, "inhibit rule")
 
 
 def delete_inhibition(

@@ -42,11 +42,19 @@ bearer_scheme = HTTPBearer(
 )
 
 
-def get_runtime(request: Request) -> Runtime:
-    runtime = getattr(request.app.state, "runtime", None)
-    if not isinstance(runtime, Runtime):
+_Started = TypeVar("_Started", Runtime, Pipeline)
+
+
+def _started(request: Request, name: str, kind: type[_Started]) -> _Started:
+    """What the app's lifespan put on its state; 503 until it has (or after it stopped)."""
+    value = getattr(request.app.state, name, None)
+    if not isinstance(value, kind):
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the service is starting")
-    return runtime
+    return value
+
+
+def get_runtime(request: Request) -> Runtime:
+    return _started(request, "runtime", Runtime)
 
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
@@ -54,10 +62,7 @@ RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 def get_pipeline(request: Request) -> Pipeline:
     """The write pipeline shared by every receiver of this process (see ``api.main``)."""
-    pipeline = getattr(request.app.state, "pipeline", None)
-    if not isinstance(pipeline, Pipeline):
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the service is starting")
-    return pipeline
+    return _started(request, "pipeline", Pipeline)
 
 
 PipelineDep = Annotated[Pipeline, Depends(get_pipeline)]

@@ -10,14 +10,12 @@ can pass values to each other through ``__tmp_...`` labels.
 
 Rules are read from a YAML or JSON file (a list of rules, or ``{relabel_configs: [...]}``) and
 checked when the process starts: a mistake stops start-up with one line naming the rule.
-Python's ``re`` backtracks, unlike Prometheus's RE2, so regexes that can take exponential time on
-hostile label values (nested or alternated quantifiers, backreferences, lookarounds) are refused
-there as well.
+Regexes are RE2, as in Prometheus (:mod:`tuneloop.regex`): matching is linear in the label
+value, and what RE2 lacks (backreferences, lookarounds) is refused at start-up.
 """
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ from typing import Any, Final
 import yaml
 
 from tuneloop.errors import InvalidInput
+from tuneloop.regex import InvalidRegex, Regex, RegexMatch, compile_anchored
 from tuneloop.storage.timeseries.columns import Batch, expand
 from tuneloop.storage.timeseries.types import SeriesBatch
 from tuneloop.strict import refuse_unknown_keys
@@ -52,7 +51,7 @@ class RelabelConfigError(InvalidInput):
 @dataclass(frozen=True, slots=True)
 class Rule:
     action: str
-    regex: re.Pattern[str]
+    regex: Regex
     source_labels: tuple[str, ...] = ()
     separator: str = ";"
     target_label: str = ""
@@ -143,67 +142,14 @@ def _string(item: Mapping[str, Any], key: str, default: str, where: str) -> str:
     return value
 
 
-def compile_regex(pattern: str, where: str = "regex") -> re.Pattern[str]:
-    """Compile ``pattern`` anchored at both ends, refusing patterns that could backtrack for
-    exponential time (or that RE2, and so Prometheus, would not accept)."""
+def compile_regex(pattern: str, where: str = "regex") -> Regex:
+    """Compile ``pattern`` with RE2, anchored at both ends."""
     if len(pattern) > MAX_REGEX_LENGTH:
         raise RelabelConfigError(f"{where}: regex longer than {MAX_REGEX_LENGTH} characters")
     try:
-        compiled = re.compile(f"(?:{pattern})")
-    except re.error as exc:
-        raise RelabelConfigError(f"{where}: invalid regex {pattern!r}: {exc}") from None
-    problem = _hostile(pattern)
-    if problem is not None:
-        raise RelabelConfigError(f"{where}: regex {pattern!r} refused: {problem}")
-    return compiled
-
-
-# --------------------------------------------------------------------------- hostile regexes
-
-# ``re``'s parser is the only exact view of a pattern's structure; it is private, so it is
-# looked up by name and a missing attribute fails the check loudly rather than passing it.
-_parser: Any = importlib.import_module("re._parser")
-_c: Any = importlib.import_module("re._constants")
-_REPEATS = frozenset(
-    op
-    for op in (_c.MAX_REPEAT, _c.MIN_REPEAT, getattr(_c, "POSSESSIVE_REPEAT", None))
-    if op is not None
-)
-
-
-def _hostile(pattern: str) -> str | None:
-    return _walk(_parser.parse(pattern), under_repeat=False)
-
-
-def _walk(items: Any, *, under_repeat: bool) -> str | None:
-    for op, av in items:
-        if op in (_c.GROUPREF, _c.GROUPREF_EXISTS):
-            return "backreferences are not supported"
-        if op in (_c.ASSERT, _c.ASSERT_NOT):
-            return "lookaround assertions are not supported"
-        for child, repeats in _children(op, av):
-            if repeats and under_repeat:
-                return "nested quantifiers can take exponential time"
-            if op is _c.BRANCH and under_repeat:
-                return "an alternation inside a quantifier can take exponential time"
-            problem = _walk(child, under_repeat=under_repeat or repeats)
-            if problem is not None:
-                return problem
-    return None
-
-
-def _children(op: Any, av: Any) -> list[tuple[Any, bool]]:
-    """Sub-patterns of one node, each with whether it is repeated (more than once)."""
-    if op in _REPEATS:
-        _low, high, child = av
-        return [(child, high > 1)]
-    if op is _c.SUBPATTERN:
-        return [(av[-1], False)]
-    if op is _c.BRANCH:
-        return [(branch, False) for branch in av[1]]
-    if op is getattr(_c, "ATOMIC_GROUP", None):
-        return [(av, False)]
-    return []
+        return compile_anchored(pattern)
+    except InvalidRegex as exc:
+        raise RelabelConfigError(f"{where}: invalid regex {pattern!r}: {exc.reason}") from None
 
 
 # --------------------------------------------------------------------------- applying
@@ -236,7 +182,7 @@ def _apply(rule: Rule, labels: dict[str, str]) -> bool:
         for name, value in list(labels.items()):
             match = rule.regex.fullmatch(name)
             if match is not None:
-                labels[_expand(rule.replacement, match)] = value
+                labels[_expand(rule.replacement, match, rule.regex.groups)] = value
         return True
     value = rule.separator.join(labels.get(name, "") for name in rule.source_labels)
     match = rule.regex.fullmatch(value)
@@ -246,9 +192,9 @@ def _apply(rule: Rule, labels: dict[str, str]) -> bool:
         return match is None
     # replace
     if match is not None:
-        target = _expand(rule.target_label, match)
+        target = _expand(rule.target_label, match, rule.regex.groups)
         if _LABEL_NAME.fullmatch(target):
-            result = _expand(rule.replacement, match)
+            result = _expand(rule.replacement, match, rule.regex.groups)
             if result:
                 labels[target] = result
             else:
@@ -256,7 +202,7 @@ def _apply(rule: Rule, labels: dict[str, str]) -> bool:
     return True
 
 
-def _expand(template: str, match: re.Match[str]) -> str:
+def _expand(template: str, match: RegexMatch, groups: int) -> str:
     if "$" not in template:
         return template
 
@@ -266,7 +212,7 @@ def _expand(template: str, match: re.Match[str]) -> str:
         name = found.group(1) or found.group(2)
         if name.isdigit():
             index = int(name)
-            return (match.group(index) or "") if index <= (match.re.groups or 0) else ""
+            return (match.group(index) or "") if index <= groups else ""
         return match.groupdict().get(name) or ""
 
     return _TEMPLATE.sub(group, template)

@@ -130,6 +130,25 @@ def query_variable(
     }
 
 
+def promql_variable(name: str, label: str, query: str) -> Json:
+    """A multi-value variable of the Prometheus dashboard, all values by default."""
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": PROMETHEUS,
+        "query": {"query": query, "refId": name},
+        "definition": query,
+        "refresh": 2,
+        "multi": True,
+        "includeAll": True,
+        "allValue": ".*",
+        "sort": 1,
+        "current": {},
+        "hide": 0,
+    }
+
+
 PROJECT_VARIABLE = query_variable("project", "Project", "SELECT name FROM projects ORDER BY 1")
 
 

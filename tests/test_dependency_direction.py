@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVER_PACKAGES = ("api", "alerts", "tuner", "collector")
+SERVER_PACKAGES = ("api", "alerts", "tuner", "actuators", "collector")
 
 
 def _imported_modules(path: Path) -> set[str]:
@@ -58,8 +58,11 @@ PURE_TUNER_MODULES = (
     "tuner.measurement",
     "tuner.memory",
     "tuner.study_options",
-    "tuner.actuators.policy",
-    "tuner.actuators.policy_config",
+    "tuneloop.window_stats",
+    "actuators.policy",
+    "actuators.policy_config",
+    "actuators.autoscaler.policy",
+    "actuators.autoscaler.reconcile",
 )
 IO_LIBRARIES = ("sqlalchemy", "psycopg", "httpx", "fastapi", "celery", "redis", "kubernetes")
 

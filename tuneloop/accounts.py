@@ -335,25 +335,6 @@ def record_audit(
     return entry
 
 
-def record_token_audit(
-    session: Session,
-    token: ApiToken,
-    project: Project,
-    action: str,
-    target: str,
-    details: Mapping[str, Any] | None = None,
-) -> AuditEntry:
-    """Append what ``token`` did in ``project`` (an API request's entry)."""
-    return record_audit(
-        session,
-        actor=actor_name(token),
-        action=action,
-        target=target,
-        project_id=project.id,
-        details=details,
-    )
-
-
 def record_job_audit(
     session: Session,
     actor: str,

@@ -49,6 +49,7 @@ from tuner.loop_measure import ACTOR, Action, StepResult, audit_trial, measure_t
 from tuner.strategies.base import REASON_OOM, SpaceExhausted
 from tuner.study_baseline import MAX_BASELINE_ATTEMPTS, baseline_trials, start_baseline_trial
 from tuner.study_options import StudyOptions
+from tuner.trial_measurements import ACK_TIMEOUT_KEY, WAITED_S_KEY, TrialMeasurements
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +57,6 @@ INACTIVE_JOB_STATUSES: Final = ("paused", "succeeded", "failed", "cancelled")
 """No new trial starts while the job is in one of these."""
 ENDED_JOB_STATUSES: Final = ("succeeded", "failed", "cancelled")
 """A job in one of these will not run another trial: its study ends ``failed``."""
-ACK_TIMEOUT_KEY: Final = "ack_timeout"
-"""Marks, in a failed trial's measurements, that the job never acknowledged it."""
 
 
 def reconcile_study(session: Session, study_id: int, *, now: datetime) -> StepResult:
@@ -153,7 +152,7 @@ def _baseline_step(session: Session, study: Study, job: Job, now: datetime) -> S
     if any(t.state in ("complete", "infeasible") for t in bases):
         return None
     if len(bases) >= MAX_BASELINE_ATTEMPTS:
-        last = str((bases[-1].measurements or {}).get("reason") or "no measurement")
+        last = TrialMeasurements.from_json(bases[-1].measurements).reason or "no measurement"
         why = f"the pre-study config could not be measured in {len(bases)} trials: {last}"
         return _ended(study_end.fail(session, study, job, why, actor=ACTOR))
     trial = start_baseline_trial(session, study, service.study_space(study), now=now)
@@ -177,7 +176,10 @@ def _unresponsive_for(session: Session, study: Study, job: Job, now: datetime) -
     last = session.scalars(
         select(Trial).where(Trial.study_id == study.id).order_by(Trial.number.desc()).limit(1)
     ).first()
-    if last is None or not (last.measurements or {}).get("data", {}).get(ACK_TIMEOUT_KEY):
+    if last is None:
+        return None
+    stored = TrialMeasurements.from_json(last.measurements)
+    if not stored.ack_timed_out:
         return None
     observed = latest_config(session, job, "observed")
     if observed is not None and (
@@ -185,8 +187,7 @@ def _unresponsive_for(session: Session, study: Study, job: Job, now: datetime) -
     ):
         return None
     # Timed out at the pass that waited waited_s after the trial started (the loop's clock).
-    waited = float(last.measurements["data"].get("waited_s") or 0.0)
-    return (now - last.started_at).total_seconds() - waited
+    return (now - last.started_at).total_seconds() - stored.waited_s
 
 
 def _write_desired(session: Session, study: Study, job: Job, params: dict[str, Any]) -> JobConfig:
@@ -278,7 +279,7 @@ def _advance_trial(
                     ),
                     measurements={
                         "desired_version": version,
-                        "waited_s": waited,
+                        WAITED_S_KEY: waited,
                         ACK_TIMEOUT_KEY: True,
                     },
                 )

@@ -22,9 +22,9 @@ from tuner import readings, service
 from tuner.measurement import TrialVerdict, WindowStats, judge_window
 from tuner.objectives import Evaluation, get_objective
 from tuner.space import SearchSpace
-from tuner.study_memory import GPU_MEMORY_KEY
 from tuner.study_options import StudyOptions
 from tuner.study_records import study_space
+from tuner.trial_measurements import GPU_MEMORY_KEY
 
 log = logging.getLogger(__name__)
 

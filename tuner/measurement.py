@@ -41,9 +41,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-import numpy as np
-
 from tuneloop.errors import InvalidInput
+
+# The estimate is the core's (the job actuator verifies changes on it too); a trial's verdict
+# carries it, so the tuner's API names it as well.
+from tuneloop.window_stats import WindowStats as WindowStats
+from tuneloop.window_stats import window_stats as window_stats
 
 VerdictAction: TypeAlias = Literal["accept", "wait", "extend", "fail"]
 
@@ -142,54 +145,6 @@ def _check_number(name: str, value: object) -> None:
         or value < 0
     ):
         raise MeasurementError(f"{name} must be a finite number >= 0, got {value!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class WindowStats:
-    """Summary of the samples that count (after warm-up, finite)."""
-
-    n: int
-    mean: float
-    stderr: float
-    rel_stderr: float
-    batch_len: int
-    n_batches: int
-    dropped: int
-    """Non-finite samples ignored (a NaN never reaches a trial value)."""
-    last_t: float | None
-
-
-def window_stats(
-    values: Sequence[float], dropped: int = 0, last_t: float | None = None
-) -> WindowStats:
-    """Mean and autocorrelation-robust standard error of ``values`` (oldest first).
-
-    Batch length ``floor(sqrt(n))``; the oldest ``n mod batch_len`` samples are left out of the
-    batches (they are the closest to the warm-up). ``stderr`` is
-    ``max(batch-means SE, plain SEM)``; ``rel_stderr`` is ``stderr / |mean|`` (0 when the
-    stderr is 0, infinite when only the mean is 0).
-    """
-    data = np.asarray(values, dtype=float)
-    n = int(data.size)
-    if n == 0:
-        return WindowStats(0, math.nan, math.inf, math.inf, 0, 0, dropped, last_t)
-    mean = float(data.mean())
-    if n < 4:
-        return WindowStats(n, mean, math.inf, math.inf, 0, 0, dropped, last_t)
-    batch_len = math.isqrt(n)
-    n_batches = n // batch_len
-    used = data[n - n_batches * batch_len :]
-    batch_means = used.reshape(n_batches, batch_len).mean(axis=1)
-    bm_se = float(batch_means.std(ddof=1)) / math.sqrt(n_batches)
-    sem = float(data.std(ddof=1)) / math.sqrt(n)
-    stderr = max(bm_se, sem)
-    if stderr == 0:
-        rel = 0.0
-    elif mean == 0:
-        rel = math.inf
-    else:
-        rel = stderr / abs(mean)
-    return WindowStats(n, mean, stderr, rel, batch_len, n_batches, dropped, last_t)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,9 +17,9 @@ Storage layout (see docs/tuner.md, "Study persistence"):
   given ``ranks`` and the space has a learning-rate rule (a batch change never travels without
   its lr). :func:`history` drops keys that are not parameters of the space. ``Trial.baseline``
   marks the trials of the pre-study config; strategies see them as ordinary observations.
-- ``Trial.measurements``: ``{"context": {..}, "stderr": float | None, "reason": str,
-  "data": {..}}``: the ask's context, the told value's standard error, why a trial is
-  infeasible/failed, and the caller's raw measurements (stats, verdicts).
+- ``Trial.measurements``: :class:`~tuner.trial_measurements.TrialMeasurements` (the ask's
+  context, the told value's standard error, why a trial is infeasible/failed, and the
+  caller's raw measurements: stats, verdicts).
 
 Reading the rows is ``tuner.study_records``, warm starts ``tuner.study_priors`` and the memory
 bound ``tuner.study_memory``; their public names are re-exported here. The functions flush but
@@ -50,7 +50,6 @@ from tuner.strategies.base import Observation, SpaceExhausted
 from tuner.strategies.registry import make_strategy
 from tuner.study_baseline import require_pre_study_config
 from tuner.study_memory import (
-    GPU_MEMORY_KEY,
     memory_details,
     memory_points,
     study_memory_bound,
@@ -77,6 +76,7 @@ from tuner.study_records import (
     study_strategy,
     study_trials,
 )
+from tuner.trial_measurements import GPU_MEMORY_KEY, TrialMeasurements
 
 ACTOR = "tuner"
 _ASK_RETRIES = 5
@@ -337,15 +337,9 @@ def tell(
     except (TypeError, ValueError) as exc:
         raise StudyError(f"trial {trial_number}: measurements must be plain JSON: {exc}") from None
     result = (checked, number_value, stderr_value, reason or "", data)
+    stored = TrialMeasurements.from_json(trial.measurements)
     if trial.state != "running":
-        extra = trial.measurements or {}
-        told = (
-            trial.state,
-            trial.value,
-            extra.get("stderr"),
-            extra.get("reason") or "",
-            extra.get("data") or {},
-        )
+        told = (trial.state, trial.value, stored.stderr, stored.reason, dict(stored.data))
         if told == result:
             return trial
         raise TrialConflictError(
@@ -353,13 +347,7 @@ def tell(
         )
     trial.state = checked
     trial.value = number_value
-    # A new dict, not an in-place edit: the JSON column only notices reassignment.
-    trial.measurements = {
-        "context": dict((trial.measurements or {}).get("context") or {}),
-        "stderr": stderr_value,
-        "reason": reason or "",
-        "data": data,
-    }
+    trial.measurements = stored.told(stderr=stderr_value, reason=reason or "", data=data).to_json()
     trial.completed_at = utcnow()
     job = session.get(Job, study.job_id)
     record_audit(

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from tuneloop.storage.models import Study, Trial
@@ -18,10 +18,7 @@ from tuner.memory import (
 from tuner.space import BATCH_SIZE, SearchSpace
 from tuner.strategies.base import REASON_OOM, Observation
 from tuner.study_records import study_options, study_space
-
-GPU_MEMORY_KEY = "gpu_memory"
-"""Key of ``Trial.measurements["data"]`` holding the trial's framebuffer reading
-(``readings.GpuMemory.to_dict()``), which the memory bound is fitted on."""
+from tuner.trial_measurements import TrialMeasurements
 
 
 def memory_points(trials: Sequence[Trial]) -> list[MemoryPoint]:
@@ -30,11 +27,10 @@ def memory_points(trials: Sequence[Trial]) -> list[MemoryPoint]:
     of memory or have no reading are left out (the OOM rule covers the former)."""
     points: list[MemoryPoint] = []
     for trial in trials:
-        extra = trial.measurements or {}
-        reading = (extra.get("data") or {}).get(GPU_MEMORY_KEY)
+        stored = TrialMeasurements.from_json(trial.measurements)
+        reading = stored.gpu_memory
         batch = trial.params.get(BATCH_SIZE)
-        out_of_memory = extra.get("reason") == REASON_OOM
-        if trial.state == "running" or out_of_memory or not isinstance(reading, Mapping):
+        if trial.state == "running" or stored.reason == REASON_OOM or reading is None:
             continue
         peak, capacity = reading.get("peak_mib"), reading.get("capacity_mib")
         if not isinstance(batch, int) or not _number(peak) or not _number(capacity):

@@ -20,6 +20,7 @@ from tuner.space import SearchSpace
 from tuner.strategies.base import TRIAL_STATES, BaseStrategy, Observation, TrialState
 from tuner.strategies.registry import make_strategy
 from tuner.study_options import StudyOptions
+from tuner.trial_measurements import TrialMeasurements
 
 
 class StudyError(InvalidInput):
@@ -72,7 +73,7 @@ def new_running_trial(
         number=number,
         params=dict(params),
         state="running",
-        measurements={"context": dict(context or {}), "stderr": None, "reason": "", "data": {}},
+        measurements=TrialMeasurements.running(context).to_json(),
         **columns,
     )
 
@@ -114,7 +115,7 @@ def check_state(state: str) -> TrialState:
 
 def observation(trial: Trial, space: SearchSpace) -> Observation:
     """A trial as strategies see it; a baseline trial is an ordinary observation."""
-    extra = trial.measurements or {}
+    stored = TrialMeasurements.from_json(trial.measurements)
     state: TrialState = check_state(trial.state)
     return Observation(
         number=trial.number,
@@ -122,9 +123,9 @@ def observation(trial: Trial, space: SearchSpace) -> Observation:
         config={k: v for k, v in trial.params.items() if k in space},
         state=state,
         value=trial.value if state == "complete" else None,
-        stderr=extra.get("stderr"),
-        reason=str(extra.get("reason") or ""),
-        context=extra.get("context") or {},
+        stderr=stored.stderr,
+        reason=stored.reason,
+        context=stored.context,
     )
 
 

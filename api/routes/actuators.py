@@ -7,14 +7,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
 
+from actuators import job as actuator
+from actuators.holds import hold
+from actuators.policy_config import ActuationPolicy, PolicyError
 from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, SessionDep, require_member
 from api.routes.jobs import JobDep
 from api.schemas.actuators import ActuatorOut, ApproveIn, ConfigMarkOut
 from tuneloop import accounts, job_configs
 from tuneloop.storage.models import JobActuator
-from tuner.actuators import job as actuator
-from tuner.actuators.holds import hold
-from tuner.actuators.policy_config import ActuationPolicy, PolicyError
 
 router = APIRouter(
     prefix=f"{API_PREFIX}/projects/{{project}}/jobs/{{job}}",
@@ -75,21 +75,14 @@ def set_actuator_policy(
         parsed = ActuationPolicy.from_dict(policy)
     except PolicyError as exc:
         raise PolicyError(f"invalid actuation policy: {exc}") from None  # a 422
-    row = actuator.set_policy(session, job, parsed)
-    # Left here until tuner.actuators.job's writers take the actor themselves.
-    accounts.record_job_audit(
-        session, accounts.actor_name(token), "actuator.policy", job, {"policy": parsed.to_dict()}
-    )
+    row = actuator.set_policy(session, job, parsed, actor=accounts.actor_name(token))
     return _out(row)
 
 
 @router.post("/actuator/approve", summary="Approve desired versions up to one")
 def approve(body: ApproveIn, job: JobDep, session: SessionDep, token: CurrentToken) -> ActuatorOut:
     require_member(token, "approving a desired version")
-    row = actuator.approve(session, job, body.version)
-    accounts.record_job_audit(
-        session, accounts.actor_name(token), "actuator.approve", job, {"version": body.version}
-    )
+    row = actuator.approve(session, job, body.version, actor=accounts.actor_name(token))
     return _out(row)
 
 

@@ -22,6 +22,9 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from actuators.holds import hold
+from actuators.job import adopt_initial
+from actuators.tasks import reconcile_now
 from api.deps import (
     API_PREFIX,
     AUTH_ERRORS,
@@ -41,9 +44,6 @@ from tuneloop.config_events import EVENTS
 from tuneloop.errors import Conflict, NotFound
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import ApiToken, Job, JobAgent
-from tuner.actuators.holds import hold
-from tuner.actuators.job import adopt_initial
-from tuner.actuators.tasks import reconcile_now
 
 log = logging.getLogger(__name__)
 

@@ -17,12 +17,12 @@ fields than the documented ones, so no file path or credential can be sent along
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Response, status
-from sqlalchemy.orm import Session
 
+from actuators.autoscaler import store
+from actuators.autoscaler.store import Definition
 from api.deps import (
     API_PREFIX,
     AUTH_ERRORS,
@@ -41,9 +41,7 @@ from api.schemas.autoscalers import (
 )
 from api.schemas.common import ErrorOut, Page
 from tuneloop import accounts
-from tuneloop.storage.models import ApiToken, Autoscaler, Project
-from tuner.actuators.autoscaler import store
-from tuner.actuators.autoscaler.store import Definition
+from tuneloop.storage.models import Autoscaler
 
 router = APIRouter(
     prefix=f"{API_PREFIX}/projects/{{project}}/autoscalers",
@@ -85,17 +83,6 @@ def _definition(body: AutoscalerUpdate) -> Definition:
     )
 
 
-def _audit(
-    session: Session,
-    token: ApiToken,
-    project: Project,
-    action: str,
-    name: str,
-    details: dict[str, Any],
-) -> None:
-    accounts.record_token_audit(session, token, project, action, f"autoscaler:{name}", details)
-
-
 @router.post("", status_code=status.HTTP_201_CREATED, summary="Create an autoscaler (admin)")
 def create_autoscaler(
     body: AutoscalerCreate, project: ProjectDep, session: SessionDep, token: CurrentToken
@@ -104,8 +91,9 @@ def create_autoscaler(
     says, every ``TUNELOOP_AUTOSCALE_INTERVAL_S``. Needs an admin token."""
     require(token.role == "admin", ADMIN_FOR_TARGETS)
     definition = _definition(body)
-    row = store.create_autoscaler(session, project, body.name, definition)
-    _audit(session, token, project, "autoscaler.create", row.name, asdict(definition))
+    row = store.create_autoscaler(
+        session, project, body.name, definition, actor=accounts.actor_name(token)
+    )
     return AutoscalerOut.model_validate(row)
 
 
@@ -126,7 +114,6 @@ def read_autoscaler(autoscaler: AutoscalerDep) -> AutoscalerOut:
 def replace_autoscaler(
     body: AutoscalerUpdate,
     autoscaler: AutoscalerDep,
-    project: ProjectDep,
     session: SessionDep,
     token: CurrentToken,
 ) -> AutoscalerOut:
@@ -136,9 +123,7 @@ def replace_autoscaler(
     definition = _definition(body)
     if store.target_changes(autoscaler, definition):
         require(token.role == "admin", ADMIN_FOR_TARGETS)
-    changes = store.replace_autoscaler(session, autoscaler, definition)
-    if changes:
-        _audit(session, token, project, "autoscaler.update", autoscaler.name, changes)
+    store.replace_autoscaler(session, autoscaler, definition, actor=accounts.actor_name(token))
     return AutoscalerOut.model_validate(autoscaler)
 
 
@@ -146,12 +131,11 @@ def replace_autoscaler(
     "/{name}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete an autoscaler (admin)"
 )
 def delete_autoscaler(
-    autoscaler: AutoscalerDep, project: ProjectDep, session: SessionDep, token: CurrentToken
+    autoscaler: AutoscalerDep, session: SessionDep, token: CurrentToken
 ) -> Response:
     """Needs an admin token; members stop an autoscaler with ``enabled: false``."""
     require(token.role == "admin", ADMIN_FOR_DELETE)
-    session.delete(autoscaler)
-    _audit(session, token, project, "autoscaler.delete", autoscaler.name, {})
+    store.delete_autoscaler(session, autoscaler, actor=accounts.actor_name(token))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

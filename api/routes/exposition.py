@@ -22,6 +22,7 @@ from fastapi import APIRouter, Query, Response
 
 from api.deps import API_PREFIX, AUTH_ERRORS, ProjectDep, SessionDep
 from api.query_params import duration_param
+from api.read_limits import ClientWatchDep, bounded_read
 from api.routes.series import SelectorDep
 from api.schemas.common import ErrorOut
 from api.services import exposition
@@ -53,6 +54,7 @@ MAX_AGE_LIMIT = timedelta(days=1)
 def project_metrics(
     project: ProjectDep,
     session: SessionDep,
+    client: ClientWatchDep,
     selector: SelectorDep,
     max_age: Annotated[
         str, Query(description="Only series with a sample this recent (30s, 5m, 1h)")
@@ -61,9 +63,9 @@ def project_metrics(
     age = timedelta(seconds=duration_param(max_age, "max_age"))
     if age > MAX_AGE_LIMIT:
         age = MAX_AGE_LIMIT
-    with invalid_input():
+    with bounded_read(session, client) as connection, invalid_input():
         latest = query.latest(
-            session.connection(),
+            connection,
             project.id,
             selector.metric,
             selector.matchers,

@@ -10,6 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, status
 
+from actuators.holds import hold
 from api.deps import (
     API_PREFIX,
     AUTH_ERRORS,
@@ -32,7 +33,6 @@ from api.schemas.jobs import (
 from tuneloop import accounts, job_configs, jobs
 from tuneloop.jobs import JobStatus
 from tuneloop.storage.models import Job
-from tuner.actuators.holds import hold
 
 router = APIRouter(
     prefix=f"{API_PREFIX}/projects/{{project}}/jobs", tags=["jobs"], responses=AUTH_ERRORS

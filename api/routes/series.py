@@ -15,7 +15,8 @@ a classic histogram per step. Every role of the project may read.
 Series are selected by ``metric`` and repeated ``match`` parameters, each one PromQL label
 matcher (``match=gpu="0"&match=job=~"train.*"``). Malformed parameters get 422 with the
 parameter and the reason; so do queries the store refuses (more than
-``MAX_POINTS_PER_SERIES`` points per series, more than ``MAX_SERIES_PER_RESPONSE`` series).
+``MAX_POINTS_PER_SERIES`` points per series, more than ``MAX_SERIES_PER_RESPONSE`` series, a
+read past ``READ_TIMEOUT_S``). A read stops when its client disconnects (api/read_limits.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from fastapi import APIRouter, Depends, Query
 
 from api.deps import API_PREFIX, AUTH_ERRORS, ProjectDep, SessionDep
 from api.query_params import duration_param, matchers_param, time_param
+from api.read_limits import ClientWatchDep, bounded_read
 from api.schemas.common import ErrorOut
 from api.schemas.series import MatrixOut, RangeAggregation, SeriesListOut, VectorOut
 from api.services import series as series_service
@@ -91,14 +93,18 @@ TimeRangeDep = Annotated[TimeRange, Depends(get_time_range)]
 
 
 @router.get("/series", summary="Series that match a selector")
-def list_series(project: ProjectDep, session: SessionDep, selector: SelectorDep) -> SeriesListOut:
-    return series_service.list_series(session.connection(), project.id, selector)
+def list_series(
+    project: ProjectDep, session: SessionDep, client: ClientWatchDep, selector: SelectorDep
+) -> SeriesListOut:
+    with bounded_read(session, client) as connection:
+        return series_service.list_series(connection, project.id, selector)
 
 
 @router.get("/query_range", summary="Each matching series aggregated per step")
 def query_range(
     project: ProjectDep,
     session: SessionDep,
+    client: ClientWatchDep,
     selector: SelectorDep,
     time_range: TimeRangeDep,
     agg: Annotated[RangeAggregation, Query(description="Aggregation per step")] = "avg",
@@ -107,26 +113,28 @@ def query_range(
     """Points sit at epoch multiples of ``step``, each labelled with the start of its step.
     ``rate`` (per second) and ``increase`` handle counter resets and pair each window's
     first sample with the one before it, so consecutive increases add up to the whole."""
-    return series_service.range_query(
-        session.connection(), project.id, selector, time_range, agg, q
-    )
+    with bounded_read(session, client) as connection:
+        return series_service.range_query(connection, project.id, selector, time_range, agg, q)
 
 
 @router.get("/query/latest", summary="The newest sample of each matching series")
 def query_latest(
     project: ProjectDep,
     session: SessionDep,
+    client: ClientWatchDep,
     selector: SelectorDep,
     since: Annotated[str | None, Query(description="Only samples at or after; " + TIME_DOC)] = None,
 ) -> VectorOut:
     after = None if since is None else time_param(since, "since")
-    return series_service.latest(session.connection(), project.id, selector, after)
+    with bounded_read(session, client) as connection:
+        return series_service.latest(connection, project.id, selector, after)
 
 
 @router.get("/histogram_quantile", summary="Quantiles of a classic histogram per step")
 def histogram_quantile(
     project: ProjectDep,
     session: SessionDep,
+    client: ClientWatchDep,
     metric: Annotated[str, Query(min_length=1, max_length=193, description="Base name")],
     q: Annotated[float, Query(description="Quantile; < 0 gives -Inf, > 1 gives +Inf")],
     time_range: TimeRangeDep,
@@ -134,6 +142,7 @@ def histogram_quantile(
 ) -> MatrixOut:
     """As PromQL's ``histogram_quantile(q, increase(<metric>_bucket[window]))`` per step,
     grouped by the labels other than ``le``; ``match`` selects among the bucket series."""
-    return series_service.histogram_quantile(
-        session.connection(), project.id, q, Selector(metric, matchers), time_range
-    )
+    with bounded_read(session, client) as connection:
+        return series_service.histogram_quantile(
+            connection, project.id, q, Selector(metric, matchers), time_range
+        )

@@ -118,7 +118,7 @@ class ConfigVersionOut(BaseModel):
 
 class HeldOut(BaseModel):
     """Why the job's newest desired version is not released yet, as of the actuator's last
-    pass (:class:`tuner.actuators.holds.Hold`)."""
+    pass (:class:`actuators.holds.Hold`)."""
 
     model_config = ConfigDict(from_attributes=True)
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tuneloop.storage.models import Study, Trial
 from tuner.memory import DEFAULT_HEADROOM
 from tuner.study_options import DEFAULT_ACK_TIMEOUT_S
+from tuner.trial_measurements import TrialMeasurements
 
 Bounds = tuple[int, int]
 
@@ -144,21 +145,21 @@ class TrialOut(BaseModel):
 
     @classmethod
     def of(cls, trial: Trial) -> TrialOut:
-        extra = trial.measurements or {}
+        stored = TrialMeasurements.from_json(trial.measurements)
         return cls(
             number=trial.number,
             state=trial.state,
             baseline=trial.baseline,
             params=dict(trial.params),
             value=trial.value,
-            stderr=extra.get("stderr"),
-            reason=str(extra.get("reason") or ""),
+            stderr=stored.stderr,
+            reason=stored.reason,
             desired_version=trial.desired_version,
             applied_at=trial.applied_at,
             extensions=trial.extensions,
             started_at=trial.started_at,
             completed_at=trial.completed_at,
-            measurements=dict(extra.get("data") or {}),
+            measurements=dict(stored.data),
         )
 
 

@@ -180,11 +180,10 @@ class _Mapper:
             try:
                 if point.flags & _NO_RECORDED_VALUE:
                     continue
-                labels = {**base, **attribute_labels(point.attributes)}
-                check_labels(labels)
+                labels = _point_labels(base, point)
                 self.builder.add_point(handler(metric, name, point, labels))
             except Rejected as exc:
-                self.rejections.add(exc.reason, f"metric {metric.name[:100]!r}: {exc.message}")
+                self._reject(metric, exc)
 
     # ------------------------------------------------------------------ per type
 
@@ -270,7 +269,10 @@ class _Mapper:
                 if record is not None:
                     record.append((series, kind))
             except Rejected as exc:
-                self.rejections.add(exc.reason, f"metric {metric.name[:100]!r}: {exc.message}")
+                self._reject(metric, exc)
+
+    def _reject(self, metric: Metric, exc: Rejected) -> None:
+        self.rejections.add(exc.reason, f"metric {metric.name[:100]!r}: {exc.message}")
 
     def _new_series(
         self,
@@ -285,8 +287,7 @@ class _Mapper:
         if point.flags & _NO_RECORDED_VALUE:
             series = SKIP
         else:
-            labels = {**base, **attribute_labels(point.attributes)}
-            check_labels(labels)
+            labels = _point_labels(base, point)
             series = KnownSeries(labels, (name, tuple(sorted(labels.items()))))
         # Exemplars differ from point to point: such a key would never be seen again.
         if not point.exemplars:
@@ -368,6 +369,14 @@ class _Mapper:
             )
         except OutOfOrder as exc:
             raise Rejected("delta_out_of_order", str(exc)) from None
+
+
+def _point_labels(base: Labels, point: Any) -> dict[str, str]:
+    """A point's labels: its scope's and resource's, then its attributes; ``Rejected`` when
+    they cannot be stored."""
+    labels = {**base, **attribute_labels(point.attributes)}
+    check_labels(labels)
+    return labels
 
 
 def _series_key(name: str, labels: Labels) -> SeriesKey:

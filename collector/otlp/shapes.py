@@ -41,7 +41,7 @@ import numpy.typing as npt
 
 from collector.otlp.common import EARLIEST, MAX_FUTURE
 from collector.otlp.series_cache import KnownSeries
-from collector.otlp.wire import FIXED64_RECORD, has_no_time_or_value
+from collector.otlp.wire import FIXED64_RECORD, has_no_time_or_value, read_varint
 from tuneloop.storage.timeseries.columns import SampleColumns, SeriesTable
 from tuneloop.storage.timeseries.types import SeriesKind
 
@@ -57,6 +57,7 @@ _EARLIEST_US: Final = (EARLIEST - _EPOCH) // _MICROSECOND
 _VARINT, _I64, _LEN = 0, 1, 2
 _START, _TIME, _DOUBLE, _INT = 0x11, 0x19, 0x21, 0x31
 _CUMULATIVE: Final = 2
+_MAX_VARINT_BYTES: Final = 10
 
 Recorded = tuple[KnownSeries, SeriesKind]
 """What the mapping recorded for one number point: its series and that series' kind."""
@@ -357,13 +358,7 @@ def _message(
 
 
 def _varint(data: bytes, position: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[position]
-        position += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, position
-        shift += 7
-        if shift > 63:
-            raise _NotCanonical("a varint longer than 10 bytes")
+    value, after = read_varint(data, position)
+    if after - position > _MAX_VARINT_BYTES:  # protobuf refuses these: so does the walk
+        raise _NotCanonical(f"a varint longer than {_MAX_VARINT_BYTES} bytes")
+    return value, after

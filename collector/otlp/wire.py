@@ -67,7 +67,7 @@ def number_points(serialized: bytes, points: Sequence[NumberDataPoint]) -> Itera
         if length < 0x80:
             position += 2
         else:
-            length, position = _varint(data, position + 1)
+            length, position = read_varint(data, position + 1)
         stop = position + length
         fields: PointFields | None = None
         if length >= 2 * FIXED64_RECORD:
@@ -111,16 +111,16 @@ def has_no_time_or_value(key: bytes) -> bool:
     position, end = 0, len(key)
     try:
         while position < end:
-            tag, position = _varint(key, position)
+            tag, position = read_varint(key, position)
             field, wire_type = tag >> 3, tag & 7
             if field in _TIME_FIELDS:
                 return False
             if wire_type == 0:
-                _, position = _varint(key, position)
+                _, position = read_varint(key, position)
             elif wire_type == 1:
                 position += 8
             elif wire_type == 2:
-                length, position = _varint(key, position)
+                length, position = read_varint(key, position)
                 position += length
             elif wire_type == 5:
                 position += 4
@@ -131,7 +131,7 @@ def has_no_time_or_value(key: bytes) -> bool:
     return position == end
 
 
-def _varint(data: bytes, position: int) -> tuple[int, int]:
+def read_varint(data: bytes, position: int) -> tuple[int, int]:
     """The varint at ``position`` and the position after it."""
     result = shift = 0
     while True:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dashboards.board import PROMETHEUS, Board, timeseries
+from dashboards.board import Board, promql_variable, timeseries
 
 
 def fleet_prometheus() -> Board:
@@ -22,42 +22,10 @@ def fleet_prometheus() -> Board:
                 "current": {},
                 "hide": 0,
             },
-            {
-                "name": "host",
-                "label": "Host",
-                "type": "query",
-                "datasource": PROMETHEUS,
-                "query": {
-                    "query": "label_values(DCGM_FI_DEV_GPU_UTIL, hostname)",
-                    "refId": "host",
-                },
-                "definition": "label_values(DCGM_FI_DEV_GPU_UTIL, hostname)",
-                "refresh": 2,
-                "multi": True,
-                "includeAll": True,
-                "allValue": ".*",
-                "sort": 1,
-                "current": {},
-                "hide": 0,
-            },
-            {
-                "name": "gpu",
-                "label": "GPU",
-                "type": "query",
-                "datasource": PROMETHEUS,
-                "query": {
-                    "query": 'label_values(DCGM_FI_DEV_GPU_UTIL{hostname=~"$host"}, gpu)',
-                    "refId": "gpu",
-                },
-                "definition": 'label_values(DCGM_FI_DEV_GPU_UTIL{hostname=~"$host"}, gpu)',
-                "refresh": 2,
-                "multi": True,
-                "includeAll": True,
-                "allValue": ".*",
-                "sort": 1,
-                "current": {},
-                "hide": 0,
-            },
+            promql_variable("host", "Host", "label_values(DCGM_FI_DEV_GPU_UTIL, hostname)"),
+            promql_variable(
+                "gpu", "GPU", 'label_values(DCGM_FI_DEV_GPU_UTIL{hostname=~"$host"}, gpu)'
+            ),
         ],
     )
     gauges = (

@@ -13,6 +13,7 @@ from tuneloop.storage.models import AuditEntry
 
 ALERTS = "/api/v1/projects/alpha/alerts"
 JOBS = "/api/v1/projects/alpha/jobs"
+AUTOSCALERS = "/api/v1/projects/alpha/autoscalers"
 HOT = {
     "name": "GpuHot",
     "kind": "threshold",
@@ -113,3 +114,60 @@ def test_job_changes_are_audited_once_each(
         ("job.update", "job:train"),
         ("job.config.desired", "job:train"),
     ]
+
+
+def test_actuator_policy_and_approval_are_audited_once_each(
+    client: TestClient, mint: Minter, runtime: Runtime
+) -> None:
+    mint.project("alpha")
+    member = bearer(mint.token("alpha", "member", "alice"))
+    assert client.post(JOBS, json={"name": "train"}, headers=member).status_code == 201
+    config = {"config": {"batch_size": 32}}
+    assert client.put(f"{JOBS}/train/config", json=config, headers=member).status_code == 200
+
+    before = _last_id(runtime)
+    policy = {"require_approval": True, "bounds": {"batch_size": {"min": 8, "max": 512}}}
+    set_policy = client.put(f"{JOBS}/train/actuator", json=policy, headers=member)
+    assert set_policy.status_code == 200, set_policy.text
+    entries = _entries_after(runtime, before)
+    assert [(action, target) for action, target, _ in entries] == [("actuator.policy", "job:train")]
+    assert entries[0][2].endswith(":alice")
+
+    before = _last_id(runtime)
+    approved = client.post(f"{JOBS}/train/actuator/approve", json={"version": 1}, headers=member)
+    assert approved.status_code == 200, approved.text
+    entries = _entries_after(runtime, before)
+    assert [(action, target) for action, target, _ in entries] == [
+        ("actuator.approve", "job:train")
+    ]
+    assert entries[0][2].endswith(":alice")
+
+
+def test_autoscaler_changes_are_audited_once_each(
+    client: TestClient, mint: Minter, runtime: Runtime
+) -> None:
+    mint.project("alpha")
+    admin = bearer(mint.admin())
+    member = bearer(mint.token("alpha", "member", "alice"))
+    definition = {
+        "target_kind": "webhook",
+        "target": {"url": "https://scaler.example.com/llama"},
+        "policy": {"min_replicas": 2, "max_replicas": 20, "p99_slo_s": 0.5},
+        "p99": {"metric": "llm_request_latency_p99_seconds", "match": ['service="llama"']},
+    }
+    before = _last_id(runtime)
+
+    created = client.post(AUTOSCALERS, json={"name": "llama", **definition}, headers=admin)
+    assert created.status_code == 201, created.text
+    changed = {**definition, "dry_run": True}
+    assert client.put(f"{AUTOSCALERS}/llama", json=changed, headers=member).status_code == 200
+    assert client.put(f"{AUTOSCALERS}/llama", json=changed, headers=member).status_code == 200
+    assert client.delete(f"{AUTOSCALERS}/llama", headers=admin).status_code == 204
+
+    entries = _entries_after(runtime, before)
+    assert [(action, target) for action, target, _ in entries] == [
+        ("autoscaler.create", "autoscaler:llama"),
+        ("autoscaler.update", "autoscaler:llama"),  # the repeated PUT changed nothing
+        ("autoscaler.delete", "autoscaler:llama"),
+    ]
+    assert entries[1][2].endswith(":alice")

@@ -7,6 +7,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from actuators.autoscaler.spec import SpecError
 from alerts.rules import RuleError
 from api.errors import install_error_handlers
 from collector.pipeline import PipelineFull
@@ -19,7 +20,6 @@ from tuneloop.errors import (
     TuneloopError,
 )
 from tuneloop.storage import DatabaseUnavailable
-from tuner.actuators.autoscaler.spec import SpecError
 from tuner.space import SpaceError
 
 RAISED: dict[str, TuneloopError] = {

@@ -206,12 +206,7 @@ BAD_CONFIGS: list[tuple[Any, str]] = [
     (["keep"], "expected a mapping"),
     ({"rules": []}, "unknown top-level key"),
     ("nope", "expected a list of rules"),
-    # Hostile regexes: exponential backtracking in Python's re (RE2 would be linear).
-    ([{"action": "keep", "regex": "(a+)+$"}], "nested quantifiers"),
-    ([{"action": "keep", "regex": "(.*)*x"}], "nested quantifiers"),
-    ([{"action": "keep", "regex": "((ab)*c)*"}], "nested quantifiers"),
-    ([{"action": "keep", "regex": "(x{1,9}){1,9}"}], "nested quantifiers"),
-    ([{"action": "keep", "regex": "(ab|a)*"}], "alternation inside a quantifier"),
+    # What RE2 (and so Prometheus) does not have.
     ([{"action": "keep", "regex": r"(a)\1"}], "backreferences"),
     ([{"action": "keep", "regex": "(?=a)a"}], "lookaround"),
     ([{"action": "keep", "regex": "a" * 1001}], "longer than 1000"),
@@ -228,8 +223,8 @@ def test_bad_configs_are_refused_with_one_line(config: Any, message: str) -> Non
 
 def test_the_error_names_the_file_and_the_rule(tmp_path: Path) -> None:
     path = tmp_path / "rules.yaml"
-    path.write_text("- action: keep\n  regex: util\n- action: keep\n  regex: '(a+)+'\n")
-    with pytest.raises(RelabelConfigError, match=rf"{path}: rule 2: regex '\(a\+\)\+' refused"):
+    path.write_text("- action: keep\n  regex: util\n- action: keep\n  regex: '(?=a)a'\n")
+    with pytest.raises(RelabelConfigError, match=rf"{path}: rule 2: invalid regex '\(\?=a\)a'"):
         load_rules(path)
 
 

@@ -10,6 +10,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine
 
+from actuators.job import set_policy
+from actuators.policy_config import ActuationPolicy
 from tests.tuner import jobsim
 from tests.tuner.test_loop import POLICY, RANKS, SPACE, Loop, make_loop
 from tuneloop.job_configs import study_outcome_source
@@ -17,8 +19,6 @@ from tuneloop.storage import session_factory, session_scope
 from tuneloop.storage.models import Job, Study, Trial
 from tuneloop.storage.types import utcnow
 from tuner import service
-from tuner.actuators.job import set_policy
-from tuner.actuators.policy_config import ActuationPolicy
 from tuner.loop import StepResult
 from tuner.space import SearchSpace
 from tuner.strategies.base import BestEstimate

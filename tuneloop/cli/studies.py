@@ -14,6 +14,7 @@ from tuneloop.cli.common import fail
 from tuneloop.cli.tokens import CLI_ACTOR, _session, _table, _when
 from tuneloop.storage.models import Job, Project, Study, Trial
 from tuner import service
+from tuner.trial_measurements import TrialMeasurements
 
 study_app = typer.Typer(
     help="See tuning studies and their trials; cancel a study.", no_args_is_help=True
@@ -102,7 +103,7 @@ def study_show(study_id: Annotated[int, typer.Argument(help="Study id (see study
 
 
 def _trial_reason(trial: Trial) -> str:
-    reason = str((trial.measurements or {}).get("reason") or "")
+    reason = TrialMeasurements.from_json(trial.measurements).reason
     if not trial.baseline:
         return reason
     return f"pre-study config; {reason}" if reason else "pre-study config"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +14,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from tuneloop import regex
 from tuneloop.errors import Unavailable
 
 
@@ -65,8 +65,8 @@ def quantile(sorted_values: list[float], q: float) -> float | None:
 
 
 def _regexp(pattern: str, value: str | None) -> bool:
-    # Anchored like PromQL label matchers.
-    return value is not None and re.fullmatch(pattern, value) is not None
+    # RE2, anchored like PromQL label matchers: linear in the value, whatever the pattern.
+    return value is not None and regex.fullmatch(pattern, value)
 
 
 def _on_sqlite_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:

@@ -300,7 +300,7 @@ class Autoscaler(Base):
     """An inference fleet scaled on its latency SLO and request queue: where it runs (the
     target), how it scales (the policy), which series it reads, and what the loop remembers
     (``state``: recent recommendations and scale events) so stabilization and rate limits
-    survive restarts. See ``tuner/actuators/autoscaler``."""
+    survive restarts. See ``actuators/autoscaler``."""
 
     __tablename__ = "autoscalers"
     __table_args__ = (UniqueConstraint("project_id", "name"),)

@@ -77,13 +77,13 @@ def _step_study(study_id: int) -> None:
 
 
 def _reconcile_jobs() -> None:
-    from tuner.actuators.tasks import run_reconcile
+    from actuators.tasks import run_reconcile
 
     run_reconcile(task_runtime().sessions)
 
 
 def _autoscale() -> None:
-    from tuner.actuators.autoscaler.tasks import run_autoscale
+    from actuators.autoscaler.tasks import run_autoscale
 
     runtime = task_runtime()
     run_autoscale(runtime.sessions, runtime.settings)

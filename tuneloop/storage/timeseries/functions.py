@@ -68,9 +68,8 @@ from tuneloop.storage.models import Series, samples
 from tuneloop.storage.timeseries.query import (
     Bind,
     check_range,
-    find_series,
+    matched_series,
     regex_errors,
-    series_conditions,
     use_connection,
 )
 from tuneloop.storage.timeseries.rollups import time_bucket
@@ -346,10 +345,9 @@ def _increases(
     """Each matching series that has points, with its (bucket start in µs, increase) points."""
     with use_connection(bind) as connection:
         dialect = connection.dialect.name
-        matching = find_series(connection, project_id, metric, matchers, max_series=max_series)
+        matching, ids = matched_series(connection, project_id, metric, matchers, max_series)
         if not matching:
             return []
-        ids = select(_series.c.id).where(*series_conditions(dialect, project_id, metric, matchers))
         with regex_errors():
             rows = connection.execute(_slice_sums(dialect, ids, grid)).all()
     slices: dict[int, tuple[list[int], list[float]]] = {}

@@ -5,14 +5,13 @@ tables for the part of the range they cover completely (up to their watermark) a
 for the rest, and merges the partial aggregates of both in one ``GROUP BY``, so the answer does
 not depend on which source served which minute.
 
-Regular expressions follow Python's ``re`` syntax on SQLite and POSIX ARE on PostgreSQL; the
-common subset (classes, alternation, repetition, groups) behaves the same. Both are fully
-anchored, as PromQL matchers are.
+Regular expressions are RE2 (:mod:`tuneloop.regex`), fully anchored as PromQL matchers are:
+SQLite matches with RE2 itself (linear time); PostgreSQL runs its own ``~`` on a pattern RE2
+has accepted first, so both backends take the same language.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import DBAPIError
 
+from tuneloop.regex import InvalidRegex, compile_anchored, postgres_pattern
 from tuneloop.storage.models import ROLLUP_TABLES, Series, samples
 from tuneloop.storage.timeseries.rollups import (
     ceil_time,
@@ -111,13 +111,36 @@ def find_series(
             .where(*conditions)
             .order_by(_series.c.metric, _series.c.id)
         )
-        if max_series is not None:
-            statement = statement.limit(max_series + 1)
-        with regex_errors():
-            rows = connection.execute(statement).all()
+        rows = _capped_rows(connection, statement, max_series)
+    return [_series_info(row) for row in rows]
+
+
+def _capped_rows(
+    connection: Connection, statement: Select[Any], max_series: int | None
+) -> Sequence[Row[Any]]:
+    """The rows of ``statement`` (one per series); :class:`TooManySeries` past
+    ``max_series``, found by reading one row more, never all of them."""
+    if max_series is not None:
+        statement = statement.limit(max_series + 1)
+    with regex_errors():
+        rows = connection.execute(statement).all()
     if max_series is not None and len(rows) > max_series:
         raise TooManySeries(max_series)
-    return [_series_info(row) for row in rows]
+    return rows
+
+
+def matched_series(
+    connection: Connection,
+    project_id: int,
+    metric: str | None,
+    matchers: Sequence[Matcher],
+    max_series: int | None,
+) -> tuple[list[SeriesInfo], Select[Any]]:
+    """What a read of samples covers: the matching series (:class:`TooManySeries` before any
+    sample is read) and the statement of their ids that the sample read selects with."""
+    matching = find_series(connection, project_id, metric, matchers, max_series=max_series)
+    conditions = series_conditions(connection.dialect.name, project_id, metric, matchers)
+    return matching, select(_series.c.id).where(*conditions)
 
 
 def series_conditions(
@@ -160,15 +183,14 @@ def _label_value(dialect: str, name: str) -> ColumnElement[str]:
 
 
 def _regex_match(dialect: str, value: ColumnElement[str], matcher: Matcher) -> ColumnElement[bool]:
+    # RE2 checks the pattern on both backends, so both accept the same language.
     try:
-        re.compile(matcher.value)
-    except re.error as exc:
-        raise ValueError(
-            f"invalid regular expression {matcher.value!r} for label {matcher.name!r}: {exc}"
-        ) from None
-    if dialect == "postgresql":
-        return value.regexp_match(f"^(?:{matcher.value})$")
-    # The engine registers regexp(pattern, value) with re.fullmatch: already anchored.
+        if dialect == "postgresql":
+            return value.regexp_match(postgres_pattern(matcher.value))
+        compile_anchored(matcher.value)
+    except InvalidRegex as exc:
+        raise InvalidRegex(exc.pattern, exc.reason, f" for label {matcher.name!r}") from None
+    # The engine registers regexp(pattern, value) with RE2's full match: already anchored.
     return func.regexp(matcher.value, value, type_=Boolean())
 
 
@@ -234,11 +256,10 @@ def query_range(
     _check_range(start, end, step_s, aggregation, q)
     with use_connection(bind) as connection:
         dialect = connection.dialect.name
-        matching = find_series(connection, project_id, metric, matchers, max_series=max_series)
+        matching, ids = matched_series(connection, project_id, metric, matchers, max_series)
         found = {info.id: info for info in matching}
         if not found:
             return []
-        ids = select(_series.c.id).where(*series_conditions(dialect, project_id, metric, matchers))
         if aggregation is Aggregation.QUANTILE:
             assert q is not None
             statement = _quantile_statement(dialect, ids, start, end, step_s, q)
@@ -415,13 +436,8 @@ def latest(
         _check_aware(since)
     with use_connection(bind) as connection:
         statement = latest_statement(connection.dialect.name, project_id, metric, matchers, since)
-        if max_series is not None:
-            # Stops probing after one series too many instead of probing every match.
-            statement = statement.limit(max_series + 1)
-        with regex_errors():
-            rows = connection.execute(statement).all()
-    if max_series is not None and len(rows) > max_series:
-        raise TooManySeries(max_series)
+        # Stops probing after one series too many instead of probing every match.
+        rows = _capped_rows(connection, statement, max_series)
     return [LatestSample(_series_info(row), row.ts, float(row.value)) for row in rows]
 
 

@@ -1,7 +1,9 @@
 """Autoscalers of a project in the store: checked definitions in, rows out. Plain functions;
 the caller owns the transaction. Who may change what is the API's to decide (see
 ``api/routes/autoscalers.py``); :func:`target_changes` tells it whether a change touches the
-target."""
+target. A function that changes an autoscaler takes the ``actor`` (a token's
+:func:`tuneloop.accounts.actor_name`) and writes the audit entry itself; without one (tests)
+nothing is audited."""
 
 from __future__ import annotations
 
@@ -13,16 +15,17 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from tuneloop.errors import Conflict, NotFound
-from tuneloop.storage.models import Autoscaler, Project
-from tuneloop.storage.types import utcnow
-from tuner.actuators.autoscaler.spec import (
+from actuators.autoscaler.spec import (
     check_selector,
     check_signals,
     check_target,
     policy_from_dict,
     policy_to_dict,
 )
+from tuneloop.accounts import record_audit
+from tuneloop.errors import Conflict, NotFound
+from tuneloop.storage.models import Autoscaler, Project
+from tuneloop.storage.types import utcnow
 
 TARGET_FIELDS = ("target_kind", "target")
 """What decides where the server sends requests: only admins set these."""
@@ -104,8 +107,31 @@ def list_autoscalers(
     return list(session.scalars(query))
 
 
+def _audit(
+    session: Session,
+    actor: str | None,
+    row: Autoscaler,
+    action: str,
+    details: Mapping[str, Any] | None = None,
+) -> None:
+    if actor is not None:
+        record_audit(
+            session,
+            actor=actor,
+            action=action,
+            target=f"autoscaler:{row.name}",
+            project_id=row.project_id,
+            details=details,
+        )
+
+
 def create_autoscaler(
-    session: Session, project: Project, name: str, definition: Definition
+    session: Session,
+    project: Project,
+    name: str,
+    definition: Definition,
+    *,
+    actor: str | None = None,
 ) -> Autoscaler:
     row = Autoscaler(project_id=project.id, name=name, **asdict(definition))
     try:
@@ -114,6 +140,7 @@ def create_autoscaler(
             session.add(row)
     except IntegrityError:
         raise Conflict(f"autoscaler {name!r} already exists in project {project.name!r}") from None
+    _audit(session, actor, row, "autoscaler.create", asdict(definition))
     return row
 
 
@@ -121,10 +148,12 @@ def target_changes(row: Autoscaler, definition: Definition) -> bool:
     return (row.target_kind, dict(row.target)) != (definition.target_kind, definition.target)
 
 
-def replace_autoscaler(session: Session, row: Autoscaler, definition: Definition) -> dict[str, Any]:
+def replace_autoscaler(
+    session: Session, row: Autoscaler, definition: Definition, *, actor: str | None = None
+) -> dict[str, Any]:
     """Make ``row`` the ``definition``; returns the fields that changed, with their new
-    values. A new target starts from no remembered state: the old one's recommendations and
-    scale events say nothing about it."""
+    values (what is audited; nothing when nothing changed). A new target starts from no
+    remembered state: the old one's recommendations and scale events say nothing about it."""
     old, new = asdict(definition_of(row)), asdict(definition)
     changes = {field: value for field, value in new.items() if old[field] != value}
     if not changes:
@@ -137,4 +166,10 @@ def replace_autoscaler(session: Session, row: Autoscaler, definition: Definition
         setattr(row, field, value)
     row.updated_at = utcnow()
     session.flush()
+    _audit(session, actor, row, "autoscaler.update", changes)
     return changes
+
+
+def delete_autoscaler(session: Session, row: Autoscaler, *, actor: str | None = None) -> None:
+    session.delete(row)
+    _audit(session, actor, row, "autoscaler.delete")

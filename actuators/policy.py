@@ -1,5 +1,5 @@
 """The job actuator's policy: a pure function from (policy, what the store holds, now) to one
-decision. No I/O, no clock: the reconcile loop (:mod:`tuner.actuators.job`) reads the store, calls
+decision. No I/O, no clock: the reconcile loop (:mod:`actuators.job`) reads the store, calls
 :func:`decide` and writes what it says, so the same inputs always give the same decision and a
 restarted loop repeats nothing.
 
@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tuner.actuators.policy_config import ActuationPolicy, VerifyPolicy
+from actuators.policy_config import ActuationPolicy, VerifyPolicy
 
 VersionRole = Literal["change", "study_trial", "study_outcome"]
 Action = Literal["none", "release", "step", "wait", "refuse", "dry_run", "confirm", "rollback"]

@@ -9,15 +9,15 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from actuators import job as actuator
+from actuators.policy_config import ActuationPolicy
+from actuators.tasks import reconcile_now
 from tuneloop import accounts, job_configs
 from tuneloop import jobs as job_service
 from tuneloop.errors import InvalidInput
 from tuneloop.storage import session_factory, session_scope
 from tuneloop.storage.models import Job
 from tuneloop.storage.types import utcnow
-from tuner.actuators import job as actuator
-from tuner.actuators.policy_config import ActuationPolicy
-from tuner.actuators.tasks import reconcile_now
 
 POLICY = {"bounds": {"batch_size": {"min": 8, "max": 64}}, "verify": {"enabled": False}}
 

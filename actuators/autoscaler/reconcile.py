@@ -6,7 +6,7 @@ import logging
 from dataclasses import replace
 from typing import Protocol
 
-from tuner.actuators.autoscaler.policy import (
+from actuators.autoscaler.policy import (
     Metrics,
     ScaleDecision,
     ScalePolicy,

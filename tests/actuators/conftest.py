@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.tuner.actuators.scale_servers import FakeScaleApi, serve
+from tests.actuators.scale_servers import FakeScaleApi, serve
 
 
 @pytest.fixture

@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
+from actuators.autoscaler.policy import ScalePolicy, ScalePolicyError
 from tuneloop.errors import InvalidInput
 from tuneloop.storage.timeseries.matchers import parse_matcher
 from tuneloop.storage.timeseries.types import Matcher
 from tuneloop.strict import refuse_unknown_keys
-from tuner.actuators.autoscaler.policy import ScalePolicy, ScalePolicyError
 
 TargetKind = Literal["kubernetes", "webhook"]
 TARGET_KINDS: Final[tuple[TargetKind, ...]] = ("kubernetes", "webhook")

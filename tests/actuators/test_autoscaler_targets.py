@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from kubernetes import client as k8s
 
-from tests.tuner.actuators.scale_servers import RESOURCES, FakeScaleApi, WebhookReceiver, serve
-from tuner.actuators.autoscaler.kubernetes import KubernetesScaleTarget
-from tuner.actuators.autoscaler.policy import Metrics, ScalePolicy, ScaleState
-from tuner.actuators.autoscaler.reconcile import autoscale
-from tuner.actuators.autoscaler.webhook import WebhookScaleTarget
+from actuators.autoscaler.kubernetes import KubernetesScaleTarget
+from actuators.autoscaler.policy import Metrics, ScalePolicy, ScaleState
+from actuators.autoscaler.reconcile import autoscale
+from actuators.autoscaler.webhook import WebhookScaleTarget
+from tests.actuators.scale_servers import RESOURCES, FakeScaleApi, WebhookReceiver, serve
 
 
 def api_client(url: str) -> k8s.ApiClient:

@@ -15,15 +15,15 @@ import pytest
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from tests.tuner.actuators.scale_servers import FakeScaleApi, WebhookReceiver, serve
+from actuators.autoscaler.service import LEASE_S, PassResult, reconcile_autoscaler
+from actuators.autoscaler.tasks import reconcile_all
+from tests.actuators.scale_servers import FakeScaleApi, WebhookReceiver, serve
 from tuneloop import accounts
 from tuneloop.settings import Settings
 from tuneloop.storage import make_engine, session_factory, session_scope
 from tuneloop.storage.models import AuditEntry, Autoscaler
 from tuneloop.storage.timeseries.types import SeriesBatch
 from tuneloop.storage.timeseries.writer import SampleWriter
-from tuner.actuators.autoscaler.service import LEASE_S, PassResult, reconcile_autoscaler
-from tuner.actuators.autoscaler.tasks import reconcile_all
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 P99 = "llm_request_latency_p99_seconds"

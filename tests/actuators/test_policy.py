@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tuner.actuators.policy import (
+from actuators.policy import (
     Stats,
     Version,
     View,
@@ -16,7 +16,7 @@ from tuner.actuators.policy import (
     judge_change,
     verification_due,
 )
-from tuner.actuators.policy_config import ActuationPolicy, PolicyError
+from actuators.policy_config import ActuationPolicy, PolicyError
 
 NOW = 10_000.0
 V1 = Version(1, {"batch_size": 16, "sync_period": 1, "learning_rate": 0.1})

@@ -14,10 +14,10 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from actuators.job import ReconcileConflict, needs_reconcile, reconcile_job
 from tuneloop.storage import session_scope
 from tuneloop.storage.locks import hold_write_lock
 from tuneloop.storage.models import Job, JobConfig
-from tuner.actuators.job import ReconcileConflict, needs_reconcile, reconcile_job
 
 log = logging.getLogger(__name__)
 

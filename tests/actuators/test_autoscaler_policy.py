@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tuner.actuators.autoscaler.policy import (
+from actuators.autoscaler.policy import (
     Metrics,
     ScalePolicy,
     ScalePolicyError,

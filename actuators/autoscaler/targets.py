@@ -18,10 +18,10 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
-from tuner.actuators.autoscaler.kubernetes import KubernetesScaleTarget
-from tuner.actuators.autoscaler.reconcile import ScaleTarget
-from tuner.actuators.autoscaler.spec import SpecError, check_target
-from tuner.actuators.autoscaler.webhook import WebhookScaleTarget
+from actuators.autoscaler.kubernetes import KubernetesScaleTarget
+from actuators.autoscaler.reconcile import ScaleTarget
+from actuators.autoscaler.spec import SpecError, check_target
+from actuators.autoscaler.webhook import WebhookScaleTarget
 
 TIMEOUT_S: Final = 10.0
 """Each call to a target; a pass makes at most two."""

@@ -1,5 +1,5 @@
 """One pass of a stored autoscaler: read its row and the newest metrics, reconcile its target
-(:func:`~tuner.actuators.autoscaler.reconcile.autoscale`), remember what happened.
+(:func:`~actuators.autoscaler.reconcile.autoscale`), remember what happened.
 
 No database lock is held while the target is called (a webhook may take seconds; on SQLite a
 held write lock would stall every writer of the store). The pass runs its own transactions on
@@ -28,16 +28,16 @@ from typing import Any, Final
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from actuators.autoscaler.policy import Metrics, ScaleDecision, ScalePolicy, ScaleState
+from actuators.autoscaler.reconcile import ScaleTarget, autoscale
+from actuators.autoscaler.signals import fleet_metrics
+from actuators.autoscaler.spec import SpecError, policy_from_dict
+from actuators.autoscaler.store import Definition, definition_of, target_changes
+from actuators.autoscaler.targets import TIMEOUT_S, describe_error, open_target
 from tuneloop import accounts
 from tuneloop.settings import Settings, get_settings
 from tuneloop.storage.locks import hold_write_lock
 from tuneloop.storage.models import Autoscaler
-from tuner.actuators.autoscaler.policy import Metrics, ScaleDecision, ScalePolicy, ScaleState
-from tuner.actuators.autoscaler.reconcile import ScaleTarget, autoscale
-from tuner.actuators.autoscaler.signals import fleet_metrics
-from tuner.actuators.autoscaler.spec import SpecError, policy_from_dict
-from tuner.actuators.autoscaler.store import Definition, definition_of, target_changes
-from tuner.actuators.autoscaler.targets import TIMEOUT_S, describe_error, open_target
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from actuators.autoscaler.policy import Metrics
+from actuators.autoscaler.spec import selector_parts
 from tuneloop.storage.timeseries.query import Bind, latest
-from tuner.actuators.autoscaler.policy import Metrics
-from tuner.actuators.autoscaler.spec import selector_parts
 
 MAX_SERIES: Final = 1000
 """More series than this in one selector is a selector that needs narrowing."""

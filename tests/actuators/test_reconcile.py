@@ -10,6 +10,9 @@ import pytest
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from actuators import job as actuator
+from actuators.policy_config import ActuationPolicy
+from actuators.tasks import reconcile_all
 from tuneloop import accounts, job_configs
 from tuneloop import jobs as job_service
 from tuneloop.job_configs import study_outcome_source, study_trial_source
@@ -18,9 +21,6 @@ from tuneloop.storage.models import AuditEntry, Job, JobConfigRelease
 from tuneloop.storage.timeseries.types import SeriesBatch
 from tuneloop.storage.timeseries.writer import SampleWriter
 from tuneloop.storage.types import utcnow
-from tuner.actuators import job as actuator
-from tuner.actuators.policy_config import ActuationPolicy
-from tuner.actuators.tasks import reconcile_all
 
 METRIC = "tuneloop_samples_per_second"
 POLICY = {"verify": {"settle_s": 1, "window_s": 10, "min_samples": 4}}

@@ -1,11 +1,15 @@
 """The job actuator's reconcile loop: read a job's desired, released and observed state from
-the store, ask :func:`tuner.actuators.policy.decide` for the one next action, and write it.
+the store, ask :func:`actuators.policy.decide` for the one next action, and write it.
 
 Idempotent by construction: every input is re-read, every output is a row (a release, a
 desired version, a mark, the actuator row's progress), and the decision for the state it
 leaves behind is ``none`` or ``wait``. Two reconcilers racing on one job (the periodic task
 and a long-poll) cannot both act: the actuator row carries a generation counter, and the
 loser's transaction fails with :class:`ReconcileConflict` and changes nothing.
+
+What people change (:func:`set_policy`, :func:`approve`) takes the ``actor`` (a token's
+:func:`tuneloop.accounts.actor_name`) and writes the audit entry itself; the loop's own
+actions are audited as :data:`ACTOR`.
 """
 
 from __future__ import annotations
@@ -21,16 +25,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
-from tuneloop import accounts, errors, job_configs
-from tuneloop.config_events import changed_after_commit
-from tuneloop.errors import TemporaryError
-from tuneloop.job_configs import ReleaseReason
-from tuneloop.storage.models import Job, JobActuator, JobConfig, JobConfigMark, JobConfigRelease
-from tuneloop.storage.timeseries.query import query_range
-from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp
-from tuneloop.storage.types import utcnow
-from tuner.actuators import holds
-from tuner.actuators.policy import (
+from actuators import holds
+from actuators.policy import (
     Decision,
     Stats,
     Version,
@@ -39,8 +35,16 @@ from tuner.actuators.policy import (
     decide,
     verification_due,
 )
-from tuner.actuators.policy_config import ActuationPolicy
-from tuner.measurement import window_stats
+from actuators.policy_config import ActuationPolicy
+from tuneloop import accounts, errors, job_configs
+from tuneloop.config_events import changed_after_commit
+from tuneloop.errors import TemporaryError
+from tuneloop.job_configs import ReleaseReason
+from tuneloop.storage.models import Job, JobActuator, JobConfig, JobConfigMark, JobConfigRelease
+from tuneloop.storage.timeseries.query import query_range
+from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp
+from tuneloop.storage.types import utcnow
+from tuneloop.window_stats import window_stats
 
 log = logging.getLogger(__name__)
 
@@ -73,15 +77,22 @@ def ensure_actuator(session: Session, job: Job) -> JobActuator:
     return row
 
 
-def set_policy(session: Session, job: Job, policy: ActuationPolicy) -> JobActuator:
+def set_policy(
+    session: Session, job: Job, policy: ActuationPolicy, *, actor: str | None = None
+) -> JobActuator:
+    """Make ``policy`` the job's; with ``actor`` (who asked) the audit log says who did."""
     row = ensure_actuator(session, job)
     row.policy = policy.to_dict()
     session.flush()
+    if actor is not None:
+        details = {"policy": policy.to_dict()}
+        accounts.record_job_audit(session, actor, "actuator.policy", job, details)
     return row
 
 
-def approve(session: Session, job: Job, version: int) -> JobActuator:
-    """Allow the release of desired versions up to ``version``."""
+def approve(session: Session, job: Job, version: int, *, actor: str | None = None) -> JobActuator:
+    """Allow the release of desired versions up to ``version``; with ``actor`` the approval
+    is audited, even one that an earlier, higher approval already covers (it was asked for)."""
     if job_configs.config_version(session, job, "desired", version) is None:
         raise errors.NotFound(f"job {job.name!r} has no desired version {version}")
     row = ensure_actuator(session, job)
@@ -89,6 +100,8 @@ def approve(session: Session, job: Job, version: int) -> JobActuator:
         row.approved_version = version
         session.flush()
         changed_after_commit(session, job.id)
+    if actor is not None:
+        accounts.record_job_audit(session, actor, "actuator.approve", job, {"version": version})
     return row
 
 

@@ -9,11 +9,11 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from actuators.autoscaler.service import reconcile_autoscaler
 from tuneloop.settings import Settings
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import Autoscaler
 from tuneloop.storage.types import utcnow
-from tuner.actuators.autoscaler.service import reconcile_autoscaler
 
 log = logging.getLogger(__name__)
 
