@@ -4,9 +4,13 @@ records every attempt's outcome.
 Never blocking: :meth:`Dispatcher.dispatch` only claims rows and hands them to a bounded pool
 of sender threads, so neither the evaluator nor one slow receiver holds up anything else. A
 claim is a lease (``next_attempt_at`` pushed past the send's timeout): rows of a process that
-died mid-send are picked up again once it expires. Delivery is therefore at least once; the
-PagerDuty ``dedup_key`` and the webhook's ``groupKey``/``fingerprint`` let receivers drop a
-repeat.
+died mid-send are picked up again once it expires. Delivery is therefore at least once: a
+crash between a send and the record of its outcome sends it again, with the same keys (the
+PagerDuty ``dedup_key``, the webhook's ``Idempotency-Key`` header and each alert's
+``fingerprint``), so receivers can drop the repeat.
+
+Every connection goes to an address :mod:`alerts.notifiers.targets` allows (public ones, and
+the networks of ``TUNELOOP_ALERTS_ALLOWED_TARGET_NETWORKS``).
 """
 
 from __future__ import annotations
@@ -21,14 +25,16 @@ from datetime import datetime, timedelta
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter
-from sqlalchemy import or_, select, update
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import exists, or_, select, update
+from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from alerts.notifiers.base import AlertMessage, GroupMessage, Notifier, Outcome
 from alerts.notifiers.config import ReceiverConfig, parse_config
 from alerts.notifiers.email import EmailNotifier
 from alerts.notifiers.pagerduty import PagerDutyNotifier
 from alerts.notifiers.slack import SlackNotifier
+from alerts.notifiers.targets import IPNetwork, configured_networks
+from alerts.notifiers.transport import checked_client
 from alerts.notifiers.webhook import WebhookNotifier
 from alerts.routing import Route, group_labels
 from tuneloop.backoff import backoff_delay_s
@@ -57,12 +63,12 @@ class _Batch:
     """Attempts made before this one (the most of any row of the group)."""
 
 
-def default_notifiers(client: httpx.Client) -> dict[str, Notifier]:
+def default_notifiers(client: httpx.Client, allowed: Sequence[IPNetwork]) -> dict[str, Notifier]:
     return {
         "webhook": WebhookNotifier(client),
         "slack": SlackNotifier(client),
         "pagerduty": PagerDutyNotifier(client),
-        "email": EmailNotifier(),
+        "email": EmailNotifier(allowed),
     }
 
 
@@ -89,12 +95,16 @@ class Dispatcher:
         clock: Callable[[], datetime] = utcnow,
         rng: Callable[[], float] = random.random,
         metrics: DispatchMetrics | None = None,
+        allowed_networks: Sequence[IPNetwork] | None = None,
     ) -> None:
+        """``allowed_networks``: the non-public networks receivers may reach (default: the
+        settings' ``alerts_allowed_target_networks``)."""
         self.sessions = sessions
         self.external_url = external_url
         self.workers = workers
-        self._client = httpx.Client(follow_redirects=False)
-        self.notifiers = dict(notifiers or default_notifiers(self._client))
+        allowed = configured_networks() if allowed_networks is None else tuple(allowed_networks)
+        self._client = checked_client(allowed)
+        self.notifiers = dict(notifiers or default_notifiers(self._client, allowed))
         self.clock = clock
         self.rng = rng
         self.metrics = metrics or DispatchMetrics()
@@ -140,6 +150,16 @@ class Dispatcher:
 
     def _claim(self, groups: int) -> list[_Batch]:
         now = self.clock()
+        # One alert's events reach a receiver in order: a resolve waits while the firing before
+        # it is still pending (retried, or leased to a sender that may have died), so that a
+        # late re-send of the trigger cannot reopen what the resolve closed.
+        earlier = aliased(Notification)
+        in_order = ~exists().where(
+            earlier.instance_id == Notification.instance_id,
+            earlier.receiver_id == Notification.receiver_id,
+            earlier.status == "pending",
+            earlier.id < Notification.id,
+        )
         with session_scope(self.sessions) as session:
             statement = (
                 select(Notification, AlertReceiver)
@@ -150,6 +170,7 @@ class Dispatcher:
                         Notification.next_attempt_at.is_(None), Notification.next_attempt_at <= now
                     ),
                     AlertReceiver.enabled.is_(True),
+                    in_order,
                 )
                 .order_by(Notification.id)
                 .limit(MAX_CLAIM)
@@ -203,7 +224,7 @@ class Dispatcher:
             outcome = self.notifiers[batch.kind].send(batch.config, batch.message)
         except Exception as exc:  # a notifier bug must not lose the notification
             log.exception("notifier %s raised", batch.kind)
-            outcome = Outcome("retry", error=f"{type(exc).__name__}: {exc}"[:500])
+            outcome = Outcome("retry", error=f"notifier error ({type(exc).__name__})")
         self.metrics.attempts.labels(batch.kind, outcome.status).inc()
         if outcome.status != "sent":
             log.warning(

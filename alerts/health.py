@@ -1,10 +1,15 @@
 """A receiver that keeps failing is itself visible: on ``/healthz`` (``notifiers``) and on
 ``/metrics`` (``tuneloop_alert_receiver_*``), read from the store, so it shows whichever
-process (API, Celery worker) did the sending."""
+process (API, Celery worker) did the sending.
+
+Both answer without a token, so what they show depends on who asks (:class:`Audience`): without
+a token only counts (no project or receiver names, no errors); with one, the receivers of the
+projects the token reaches.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -20,6 +25,22 @@ FAILING_AFTER = 3
 
 
 @dataclass(frozen=True, slots=True)
+class Audience:
+    """Whose receivers a reader sees by name: none (no token), every project's (an admin
+    token), or one project's (``project_id``: a project token)."""
+
+    named: bool
+    project_id: int | None = None
+
+    def sees(self, project_id: int) -> bool:
+        return self.named and self.project_id in (None, project_id)
+
+
+ANONYMOUS = Audience(named=False)
+EVERY_PROJECT = Audience(named=True)
+
+
+@dataclass(frozen=True, slots=True)
 class ReceiverHealth:
     project: str
     receiver: str
@@ -27,6 +48,7 @@ class ReceiverHealth:
     consecutive_failures: int
     last_success_at: datetime | None
     last_error: str | None
+    project_id: int
 
     @property
     def ok(self) -> bool:
@@ -34,6 +56,7 @@ class ReceiverHealth:
 
 
 def receiver_health(engine: Engine) -> list[ReceiverHealth]:
+    """Every enabled receiver of every project; show it through :func:`visible`."""
     statement = (
         select(
             Project.name,
@@ -42,6 +65,7 @@ def receiver_health(engine: Engine) -> list[ReceiverHealth]:
             AlertReceiver.consecutive_failures,
             AlertReceiver.last_success_at,
             AlertReceiver.last_error,
+            Project.id,
         )
         .join(Project, Project.id == AlertReceiver.project_id)
         .where(AlertReceiver.enabled.is_(True))
@@ -51,11 +75,23 @@ def receiver_health(engine: Engine) -> list[ReceiverHealth]:
         return [ReceiverHealth(*row) for row in connection.execute(statement).all()]
 
 
-class ReceiverHealthCollector(Collector):
-    """Gauges per receiver; nothing (rather than an error) while the store is down."""
+def visible(health: Sequence[ReceiverHealth], audience: Audience) -> list[ReceiverHealth]:
+    return [item for item in health if audience.sees(item.project_id)]
 
-    def __init__(self, engine: Callable[[], Engine | None]) -> None:
+
+def failing(health: Sequence[ReceiverHealth]) -> int:
+    return sum(not item.ok for item in health)
+
+
+class ReceiverHealthCollector(Collector):
+    """Counts of receivers and of failing ones, for anyone; gauges per receiver for those the
+    audience sees. Nothing (rather than an error) while the store is down."""
+
+    def __init__(
+        self, engine: Callable[[], Engine | None], audience: Audience = EVERY_PROJECT
+    ) -> None:
         self._engine = engine
+        self.audience = audience
 
     def collect(self) -> Iterator[Metric]:
         engine = self._engine()
@@ -64,6 +100,17 @@ class ReceiverHealthCollector(Collector):
         try:
             health = receiver_health(engine)
         except SQLAlchemyError:
+            return
+        yield GaugeMetricFamily(
+            "tuneloop_alert_receivers", "Enabled alert receivers.", value=len(health)
+        )
+        yield GaugeMetricFamily(
+            "tuneloop_alert_receivers_failing",
+            f"Enabled alert receivers that failed {FAILING_AFTER} or more times in a row.",
+            value=failing(health),
+        )
+        shown = visible(health, self.audience)
+        if not shown:
             return
         failures = GaugeMetricFamily(
             "tuneloop_alert_receiver_consecutive_failures",
@@ -75,7 +122,7 @@ class ReceiverHealthCollector(Collector):
             f"1 unless the receiver failed {FAILING_AFTER} or more times in a row.",
             labels=["project", "receiver", "kind"],
         )
-        for item in health:
+        for item in shown:
             labels = [item.project, item.receiver, item.kind]
             failures.add_metric(labels, item.consecutive_failures)
             up.add_metric(labels, 1.0 if item.ok else 0.0)

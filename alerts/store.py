@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from alerts.catalog import known_metrics
 from alerts.notifiers.config import parse_config
+from alerts.notifiers.targets import IPNetwork, TargetRefused, check_receiver, configured_networks
 from alerts.rules import (
     LABEL_NAME_RE,
     InhibitDefinition,
@@ -280,14 +281,22 @@ def create_receiver(
     matchers: Sequence[str] = (),
     group_by: Sequence[str] = ("alertname",),
     actor: str | None = None,
+    allowed_networks: Sequence[IPNetwork] | None = None,
 ) -> AlertReceiver:
+    """``allowed_networks``: the non-public networks its target may be in (default: the
+    settings' ``alerts_allowed_target_networks``)."""
     try:
-        parse_config(kind, config)
+        parsed = parse_config(kind, config)
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
     for label in group_by:
         if not LABEL_NAME_RE.fullmatch(label):
             raise InvalidInput(f"invalid label name {label!r} in group_by")
+    allowed = configured_networks() if allowed_networks is None else allowed_networks
+    try:
+        check_receiver(parsed, allowed)
+    except TargetRefused as exc:
+        raise InvalidInput(f"{kind} receiver: {exc}") from None
     if _named(session, AlertReceiver, project, name) is not None:
         raise Conflict(f"receiver {name!r} already exists in project {project.name!r}")
     row = AlertReceiver(

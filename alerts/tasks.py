@@ -42,7 +42,11 @@ def components(runtime: Runtime) -> tuple[Evaluator, Dispatcher]:
             url = runtime.settings.alerts_external_url or (
                 f"http://{runtime.settings.host}:{runtime.settings.port}"
             )
-            dispatcher = Dispatcher(runtime.sessions, external_url=url)
+            dispatcher = Dispatcher(
+                runtime.sessions,
+                external_url=url,
+                allowed_networks=runtime.settings.alerts_allowed_target_networks,
+            )
             slack = timedelta(seconds=runtime.settings.alerts_eval_interval_s / 2)
             evaluator = Evaluator(
                 runtime.engine, runtime.sessions, on_queued=dispatcher.dispatch, for_slack=slack

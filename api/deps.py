@@ -14,6 +14,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Depends, HTTPException, Path, Query, Request, Security, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from api.observability import ApiMetrics
@@ -109,6 +110,25 @@ def get_current_token(session: SessionDep, credentials: BearerCredentials) -> Ap
 
 
 CurrentToken = Annotated[ApiToken, Depends(get_current_token)]
+
+
+def get_optional_token(request: Request) -> ApiToken | None:
+    """The caller's token on routes that also answer without one (``/healthz``, ``/metrics``):
+    ``None`` when there is none, it is not valid, or the database cannot tell (those routes
+    must answer while it is down). Read from the header itself, so that OpenAPI keeps
+    listing those routes as open."""
+    scheme, _, secret = request.headers.get("authorization", "").partition(" ")
+    runtime = getattr(request.app.state, "runtime", None)
+    if scheme.lower() != "bearer" or not secret or not isinstance(runtime, Runtime):
+        return None
+    try:
+        with session_scope(runtime.sessions) as session:
+            return accounts.authenticate(session, secret.strip())
+    except SQLAlchemyError:
+        return None
+
+
+OptionalToken = Annotated[ApiToken | None, Depends(get_optional_token)]
 
 
 def get_admin_token(token: CurrentToken) -> ApiToken:

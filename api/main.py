@@ -9,11 +9,9 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
-from sqlalchemy import Engine
 from starlette.concurrency import run_in_threadpool
 
 import tuneloop
-from alerts.health import ReceiverHealthCollector
 from api.errors import install_error_handlers
 from api.observability import ApiMetrics, MetricsMiddleware
 from api.routes import ROUTERS
@@ -62,10 +60,6 @@ def _lifespan(
     return lifespan
 
 
-def _engine_of(runtime: object) -> Engine | None:
-    return runtime.engine if isinstance(runtime, Runtime) else None
-
-
 def create_app(
     runtime: Runtime | None = None,
     pipeline: Pipeline | None = None,
@@ -96,10 +90,6 @@ def create_app(
     app.state.pipeline = pipeline
     app.state.collector_status = collector_status
     app.state.metrics = ApiMetrics(registry)
-    # Alert receivers' delivery health, read from the store at each scrape.
-    app.state.metrics.registry.register(
-        ReceiverHealthCollector(lambda: _engine_of(app.state.runtime))
-    )
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     install_error_handlers(app)
     for router in ROUTERS:

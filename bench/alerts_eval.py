@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from ipaddress import ip_network
 from pathlib import Path
 
 import httpx
@@ -57,6 +58,8 @@ from tuneloop.taskqueue.maintenance import close_task_runtime
 from tuneloop.taskqueue.registry import periodic_tasks
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+LOCAL_RECEIVERS = (ip_network("127.0.0.0/8"),)
+"""The benchmark's webhook listens on 127.0.0.1: allowed as an operator would allow it."""
 PACK = Path(__file__).resolve().parents[1] / "alerts/pack/gpu-fleet.yaml"
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 STEP = timedelta(seconds=15)
@@ -121,8 +124,9 @@ def load_pack(engine: Engine, project_id: int) -> int:
         assert project is not None
         store.load_rule_file(session, project, parsed, source="pack")
         store.create_receiver(
-            session, project, name="hook", kind="webhook", config={"url": "http://127.0.0.1:9/"}
-        )
+            session, project, name="hook", kind="webhook", config={"url": "http://127.0.0.1:9/"},
+            allowed_networks=LOCAL_RECEIVERS,
+        )  # fmt: skip
     return len(parsed.rules)
 
 
@@ -247,6 +251,7 @@ def measure_delay(trials: int) -> DelayRow:
                 redis_url=None,
                 alerts_eval_interval_s=interval_s,
                 alerts_notify_interval_s=interval_s,
+                alerts_allowed_target_networks=LOCAL_RECEIVERS,
             )
         )
         engine = make_engine(database)

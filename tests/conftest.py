@@ -15,6 +15,8 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
+import tuneloop.settings
+from tuneloop.settings import get_settings
 from tuneloop.storage import make_engine
 from tuneloop.storage.models import metadata
 
@@ -94,3 +96,18 @@ def redis_url() -> str:
     finally:
         client.close()
     return REDIS_URL
+
+
+LOCAL_RECEIVERS = "127.0.0.0/8"
+
+
+@pytest.fixture
+def local_receivers_allowed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Test receivers listen on 127.0.0.1, which alert receivers may not reach by default:
+    allowed here as an operator allows a network, in the environment (so settings built in the
+    test have it too) and in the process's settings."""
+    monkeypatch.setenv("TUNELOOP_ALERTS_ALLOWED_TARGET_NETWORKS", LOCAL_RECEIVERS)
+    monkeypatch.setattr(tuneloop.settings, "_current", None)
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()

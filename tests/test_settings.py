@@ -25,6 +25,18 @@ def test_environment_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_settings().port == 9001
 
 
+def test_alert_receivers_reach_no_internal_network_unless_listed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert load_settings().alerts_allowed_target_networks == ()
+    monkeypatch.setenv("TUNELOOP_ALERTS_ALLOWED_TARGET_NETWORKS", "10.20.0.0/16, fd00::/8")
+    allowed = load_settings().alerts_allowed_target_networks
+    assert [str(network) for network in allowed] == ["10.20.0.0/16", "fd00::/8"]
+    monkeypatch.setenv("TUNELOOP_ALERTS_ALLOWED_TARGET_NETWORKS", "10.20.0.1/16")
+    with pytest.raises(SettingsError, match="TUNELOOP_ALERTS_ALLOWED_TARGET_NETWORKS"):
+        load_settings()
+
+
 def test_flags_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TUNELOOP_PORT", "9001")
     assert load_settings(port=9002).port == 9002

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import platformdirs
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, IPvAnyNetwork, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "TUNELOOP_"
@@ -93,6 +93,10 @@ class Settings(BaseSettings):
     """How often queued notifications are retried (new ones go out right after evaluation)."""
     alerts_external_url: str = ""
     """Link put in notifications (``externalURL``, ``generatorURL``); default: the API's URL."""
+    alerts_allowed_target_networks: Annotated[tuple[IPvAnyNetwork, ...], NoDecode] = ()
+    """Networks (CIDRs, comma-separated in the environment) that alert receivers may reach
+    although they are loopback, link-local, private or otherwise not public: receivers are
+    refused there by default, so that a receiver cannot be used to reach internal services."""
 
     otlp_max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     """Largest OTLP/HTTP request body accepted, on the wire and once decompressed (413 above)."""
@@ -115,6 +119,13 @@ class Settings(BaseSettings):
             if not any(specs):
                 raise ValueError("must name at least one source, or auto")
             return tuple(spec for spec in specs if spec)
+        return value
+
+    @field_validator("alerts_allowed_target_networks", mode="before")
+    @classmethod
+    def _split_networks(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
 
     @field_validator("log_level")

@@ -1,18 +1,26 @@
 """What every notifier shares: the message it is given, the outcome it reports, and the HTTP
-POST whose status decides between done, retry later and give up."""
+POST whose status decides between done, retry later and give up.
+
+An outcome's error is the status code and a fixed description, never what the receiver
+answered: errors are shown through the API, and an answer echoed back would let whoever sets
+a receiver read what its target serves.
+"""
 
 from __future__ import annotations
 
 import email.utils
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from http import HTTPStatus
 from typing import Any, Protocol
 
 import httpx
 
 from alerts.notifiers.config import ReceiverConfig
+from alerts.notifiers.targets import TargetRefused
 
 ZERO_TIME = "0001-01-01T00:00:00Z"
 """Go's zero time: Alertmanager's ``endsAt`` of an alert still firing."""
@@ -31,6 +39,14 @@ class AlertMessage:
     starts_at: datetime | None
     ends_at: datetime | None
     value: float | None
+
+    @property
+    def dedup_key(self) -> str:
+        """The same for every send of this alert's firing and of its resolution, and only for
+        them: the alert (instance and fingerprint) and when it started firing, so a re-send
+        is recognised and a later firing of the same alert is not taken for one."""
+        started = int(self.starts_at.timestamp()) if self.starts_at is not None else 0
+        return f"tuneloop/{self.instance_id}/{self.fingerprint[:16]}/{started}"
 
     @classmethod
     def of(cls, instance_id: int, event: str, alert: Mapping[str, Any]) -> AlertMessage:
@@ -71,6 +87,13 @@ class GroupMessage:
     @property
     def common_annotations(self) -> dict[str, str]:
         return _common([alert.annotations for alert in self.alerts])
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across re-sends of this message: its group and each alert's event."""
+        events = sorted(f"{alert.dedup_key}:{alert.event}" for alert in self.alerts)
+        text = "\n".join([self.receiver, self.group_key, *events])
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def title(self) -> str:
         """``[FIRING:2] GpuHot hostname=n1``, as Alertmanager's default title."""
@@ -131,19 +154,30 @@ def post_json(
 ) -> Outcome:
     try:
         response = client.post(url, json=payload, timeout=timeout_s, headers=dict(headers or {}))
+    except TargetRefused as exc:
+        return Outcome("failed", error=str(exc))
     except httpx.TimeoutException:
         return Outcome("retry", error=f"timed out after {timeout_s:g}s")
     except httpx.HTTPError as exc:
-        return Outcome("retry", error=f"{type(exc).__name__}: {exc}"[:500])
+        return Outcome("retry", error=f"request failed ({type(exc).__name__})")
     return classify(response)
+
+
+def status_text(code: int) -> str:
+    """``HTTP 503: Service Unavailable``: the code and its standard phrase, nothing of the
+    answer's own text."""
+    try:
+        phrase = HTTPStatus(code).phrase
+    except ValueError:
+        phrase = "non-standard status"
+    return f"HTTP {code}: {phrase}"
 
 
 def classify(response: httpx.Response) -> Outcome:
     code = response.status_code
     if 200 <= code < 300:
         return Outcome.sent(code)
-    body = response.text.strip().replace("\n", " ")[:300]
-    error = f"HTTP {code}" + (f": {body}" if body else "")
+    error = status_text(code)
     if code >= 500 or code in _RETRYABLE_4XX:
         return Outcome("retry", error=error, code=code, retry_after_s=_retry_after(response))
     return Outcome("failed", error=error, code=code)

@@ -1,6 +1,7 @@
 """PagerDuty Events API v2: one ``trigger`` per firing alert and one ``resolve`` when it is
-over, both with the same ``dedup_key`` (stable per alert), so PagerDuty opens one incident and
-closes it, however often a notification is retried. PagerDuty answers 202; 400 means the event
+over, both with the same ``dedup_key`` (:attr:`AlertMessage.dedup_key`: the alert and when it
+started firing), so PagerDuty opens one incident and closes it, however often a notification
+is sent again. PagerDuty answers 202; 400 means the event
 is invalid (not retried), 429 and 5xx are retried."""
 
 from __future__ import annotations
@@ -16,23 +17,19 @@ SUMMARY_LIMIT = 1024
 _SEVERITIES = {"critical": "critical", "error": "error", "warning": "warning", "info": "info"}
 
 
-def dedup_key(alert: AlertMessage) -> str:
-    return f"tuneloop/{alert.instance_id}/{alert.fingerprint[:16]}"
-
-
 def event(alert: AlertMessage, config: PagerDutyConfig, external_url: str) -> dict[str, Any]:
     if alert.event == "resolved":
         return {
             "routing_key": config.routing_key,
             "event_action": "resolve",
-            "dedup_key": dedup_key(alert),
+            "dedup_key": alert.dedup_key,
         }
     labels = alert.labels
     summary = alert.annotations.get("summary") or labels.get("alertname", "alert")
     body: dict[str, Any] = {
         "routing_key": config.routing_key,
         "event_action": "trigger",
-        "dedup_key": dedup_key(alert),
+        "dedup_key": alert.dedup_key,
         "payload": {
             "summary": summary[:SUMMARY_LIMIT],
             "source": labels.get("hostname")

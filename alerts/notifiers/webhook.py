@@ -4,6 +4,10 @@ Fields as Alertmanager's ``notify/webhook`` sends them: ``version``, ``groupKey`
 ``truncatedAlerts``, ``status``, ``receiver``, ``groupLabels``, ``commonLabels``,
 ``commonAnnotations``, ``externalURL`` and ``alerts`` (each with ``status``, ``labels``,
 ``annotations``, ``startsAt``, ``endsAt``, ``generatorURL`` and ``fingerprint``).
+
+A message sent again (a sender that died before recording the outcome) carries the same
+``Idempotency-Key`` header; each alert's ``fingerprint``, ``status`` and ``startsAt`` identify
+its event in any case.
 """
 
 from __future__ import annotations
@@ -53,7 +57,9 @@ class WebhookNotifier:
 
     def send(self, config: ReceiverConfig, message: GroupMessage) -> Outcome:
         assert isinstance(config, WebhookConfig)
-        headers = {"Authorization": f"Bearer {config.bearer_token}"} if config.bearer_token else {}
+        headers = {"Idempotency-Key": message.idempotency_key}
+        if config.bearer_token:
+            headers["Authorization"] = f"Bearer {config.bearer_token}"
         return post_json(
             self.client,
             config.url,

@@ -3,7 +3,9 @@ under ``/api/v1/projects/{project}/alerts``.
 
 Every role of the project may read; agents (collectors, job agents) may not change anything.
 A rule is checked when it is written: an invalid query, an unknown metric or a broken template
-is refused with the reason (422).
+is refused with the reason (422). A receiver's target is where the server sends requests, so
+only an admin adds one, and one outside the public internet is refused (422) unless the
+operator allows its network (``TUNELOOP_ALERTS_ALLOWED_TARGET_NETWORKS``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from api.deps import (
     CurrentToken,
     PageDep,
     ProjectDep,
+    RuntimeDep,
     SessionDep,
+    require,
     require_member,
 )
 from api.schemas.alerts import (
@@ -50,6 +54,12 @@ router = APIRouter(
 )
 
 RuleName = Annotated[str, Path(description="Rule name (the alertname)")]
+
+
+ADMIN_FOR_RECEIVERS = (
+    "choosing a receiver's target needs an admin token: the server sends requests to it "
+    "(create one on the server: tuneloop token create --role admin)"
+)
 
 
 def _writer(token: ApiToken) -> None:
@@ -187,11 +197,18 @@ def expire_silence(
 # --------------------------------------------------------------------------- receivers
 
 
-@router.post("/receivers", status_code=status.HTTP_201_CREATED, summary="Add a receiver")
+@router.post("/receivers", status_code=status.HTTP_201_CREATED, summary="Add a receiver (admin)")
 def create_receiver(
-    body: ReceiverCreate, project: ProjectDep, session: SessionDep, token: CurrentToken
+    body: ReceiverCreate,
+    project: ProjectDep,
+    session: SessionDep,
+    token: CurrentToken,
+    runtime: RuntimeDep,
 ) -> ReceiverOut:
-    _writer(token)
+    """Needs an admin token. Its URL (or mail server) must be a public address, or one in a
+    network of ``TUNELOOP_ALERTS_ALLOWED_TARGET_NETWORKS``; checked again on every send."""
+    _writer(token)  # an agent token hears that it may change nothing at all
+    require(token.role == "admin", ADMIN_FOR_RECEIVERS)
     row = store.create_receiver(
         session,
         project,
@@ -201,6 +218,7 @@ def create_receiver(
         matchers=body.matchers,
         group_by=body.group_by,
         actor=accounts.actor_name(token),
+        allowed_networks=runtime.settings.alerts_allowed_target_networks,
     )
     return ReceiverOut.of(row)
 

@@ -41,8 +41,13 @@ class HealthOut(BaseModel):
         description="Sources polled by this process; a failing one makes the status "
         "degraded but never the response 503",
     )
+    receivers_failing: int = Field(
+        default=0,
+        description="Alert receivers of every project that keep failing; one makes the "
+        "status degraded but never the response 503",
+    )
     notifiers: dict[str, NotifierCheckOut] = Field(
         default_factory=dict,
-        description="Alert receivers; one that keeps failing makes the status degraded but "
-        "never the response 503",
+        description="Alert receivers by project/receiver, with their last error: only those "
+        "of the token's project (every project's for an admin token), none without a token",
     )

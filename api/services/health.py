@@ -1,4 +1,7 @@
-"""Reachability checks behind ``/healthz``: each one short, timed, and never raising."""
+"""Reachability checks behind ``/healthz``: each one short, timed, and never raising.
+
+``/healthz`` answers without a token: alert receivers are counted for anyone but named, with
+their errors, only to a token of their project (or an admin's)."""
 
 from __future__ import annotations
 
@@ -9,10 +12,11 @@ import redis
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from alerts.health import receiver_health
+from alerts.health import ANONYMOUS, EVERY_PROJECT, Audience, failing, receiver_health, visible
 from api.schemas.health import CheckOut, CollectorCheckOut, HealthOut, NotifierCheckOut
 from collector.status import SourceStatus
 from tuneloop.storage import DatabaseUnavailable, check_database
+from tuneloop.storage.models import ApiToken
 
 REDIS_TIMEOUT_S = 2.0
 
@@ -59,12 +63,24 @@ def collector_checks(sources: Sequence[SourceStatus]) -> dict[str, CollectorChec
     }
 
 
-def notifier_checks(engine: Engine) -> dict[str, NotifierCheckOut]:
+def audience_of(token: ApiToken | None) -> Audience:
+    """Whose receivers ``token`` sees by name: an admin's every project's, a project token its
+    project's, no token none."""
+    if token is None:
+        return ANONYMOUS
+    if token.role == "admin":
+        return EVERY_PROJECT
+    return Audience(named=True, project_id=token.project_id)
+
+
+def notifier_checks(engine: Engine, audience: Audience) -> tuple[dict[str, NotifierCheckOut], int]:
+    """The receivers ``audience`` sees, by ``project/receiver``, and how many receivers of
+    every project are failing."""
     try:
         health = receiver_health(engine)
     except SQLAlchemyError:  # the database check already says why
-        return {}
-    return {
+        return {}, 0
+    shown = {
         f"{item.project}/{item.receiver}": NotifierCheckOut(
             ok=item.ok,
             kind=item.kind,
@@ -72,25 +88,32 @@ def notifier_checks(engine: Engine) -> dict[str, NotifierCheckOut]:
             last_success_at=item.last_success_at,
             last_error=item.last_error,
         )
-        for item in health
+        for item in visible(health, audience)
     }
+    return shown, failing(health)
 
 
 def check_health(
-    engine: Engine, redis_url: str | None, sources: Sequence[SourceStatus] = ()
+    engine: Engine,
+    redis_url: str | None,
+    sources: Sequence[SourceStatus] = (),
+    audience: Audience = ANONYMOUS,
 ) -> HealthOut:
     checks = {"database": check_db(engine), "redis": check_redis(redis_url)}
     collectors = collector_checks(sources)
-    notifiers = notifier_checks(engine) if checks["database"].ok else {}
+    notifiers, receivers_failing = (
+        notifier_checks(engine, audience) if checks["database"].ok else ({}, 0)
+    )
     healthy = (
         all(check.ok is not False for check in checks.values())
         and all(collector.ok is not False for collector in collectors.values())
-        and all(notifier.ok for notifier in notifiers.values())
+        and receivers_failing == 0
     )
     return HealthOut(
         status="ok" if healthy else "degraded",
         checks=checks,
         collectors=collectors,
+        receivers_failing=receivers_failing,
         notifiers=notifiers,
     )
 

@@ -129,6 +129,11 @@ def _name(labels: dict[str, Any]) -> str:
     return "/".join([labels["alertname"], *rest])
 
 
+@pytest.fixture(autouse=True)
+def _local_receivers(local_receivers_allowed: None) -> None:
+    """Every receiver of these tests is a local server."""
+
+
 @pytest.fixture
 def alerting(engine: Engine) -> Alerting:
     sessions = session_factory(engine)

@@ -3,6 +3,7 @@ stays inside its project."""
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
@@ -10,6 +11,9 @@ from tests.api.conftest import Minter, bearer
 from tuneloop.runtime import Runtime
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import AlertReceiver
+
+# The receivers below point at 127.0.0.1 (receiver targets: tests/api/test_receiver_targets.py).
+pytestmark = pytest.mark.usefixtures("local_receivers_allowed")
 
 BASE = "/api/v1/projects/alpha/alerts"
 HOT = {
@@ -112,6 +116,7 @@ def test_silences_receivers_and_inhibitions(client: TestClient, mint: Minter) ->
     mint.project("beta")
     member = bearer(mint.token("alpha", "member", "alice"))
     other = bearer(mint.token("beta", "member", "bob"))
+    admin = bearer(mint.admin())
 
     silence = client.post(
         f"{BASE}/silences",
@@ -139,20 +144,20 @@ def test_silences_receivers_and_inhibitions(client: TestClient, mint: Minter) ->
     receiver = client.post(
         f"{BASE}/receivers",
         json={"name": "oncall", "kind": "pagerduty", "config": {"routing_key": "k" * 32}},
-        headers=member,
+        headers=admin,
     )
     assert receiver.status_code == 201, receiver.text
     assert receiver.json()["config"]["routing_key"] == "***"
     bad = client.post(
         f"{BASE}/receivers",
         json={"name": "hook", "kind": "webhook", "config": {"url": "ftp://x"}},
-        headers=member,
+        headers=admin,
     )
     assert bad.status_code == 422 and "http:// or https://" in bad.json()["detail"]
     bad_group = client.post(
         f"{BASE}/receivers",
         json={"name": "g", "kind": "slack", "config": {"url": "https://x"}, "group_by": ["a-b"]},
-        headers=member,
+        headers=admin,
     )
     assert bad_group.status_code == 422 and "group_by" in bad_group.json()["detail"]
 
@@ -170,11 +175,12 @@ def test_a_failing_receiver_shows_on_healthz_and_metrics(
 ) -> None:
     mint.project("alpha")
     member = bearer(mint.token("alpha", "member", "alice"))
+    admin = bearer(mint.admin())
     for name in ("ok-hook", "bad-hook"):
         created = client.post(
             f"{BASE}/receivers",
             json={"name": name, "kind": "webhook", "config": {"url": "http://127.0.0.1:9/"}},
-            headers=member,
+            headers=admin,
         )
         assert created.status_code == 201
     assert client.get("/healthz").json()["status"] == "ok"
@@ -182,14 +188,15 @@ def test_a_failing_receiver_shows_on_healthz_and_metrics(
         row = session.scalars(select(AlertReceiver).where(AlertReceiver.name == "bad-hook")).one()
         row.consecutive_failures, row.last_error = 3, "HTTP 503: busy"
 
-    health = client.get("/healthz")
+    # Receiver names and errors are shown to a token of their project (never without one).
+    health = client.get("/healthz", headers=member)
     assert health.status_code == 200
     body = health.json()
     assert body["status"] == "degraded"
     assert body["notifiers"]["alpha/bad-hook"]["ok"] is False
     assert body["notifiers"]["alpha/bad-hook"]["last_error"] == "HTTP 503: busy"
     assert body["notifiers"]["alpha/ok-hook"]["ok"] is True
-    metrics = client.get("/metrics").text
+    metrics = client.get("/metrics", headers=member).text
     assert (
         'tuneloop_alert_receiver_up{kind="webhook",project="alpha",receiver="bad-hook"} 0.0'
         in metrics
