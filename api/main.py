@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 import tuneloop
 from alerts.health import ReceiverHealthCollector
 from api.errors import install_error_handlers
+from api.input_guard import InputGuard
 from api.observability import ApiMetrics, MetricsMiddleware
 from api.routes import ROUTERS
 from collector.pipeline import Pipeline
@@ -100,6 +101,8 @@ def create_app(
     app.state.metrics.registry.register(
         ReceiverHealthCollector(lambda: _engine_of(app.state.runtime))
     )
+    # Added first so it runs inside the metrics middleware: its refusals are counted too.
+    app.add_middleware(InputGuard)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     install_error_handlers(app)
     for router in ROUTERS:

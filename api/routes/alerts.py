@@ -19,6 +19,7 @@ from api.deps import (
     AUTH_ERRORS,
     CurrentToken,
     PageDep,
+    PathId,
     ProjectDep,
     SessionDep,
     require_member,
@@ -177,7 +178,7 @@ def list_silences(
     "/silences/{silence_id}", status_code=status.HTTP_204_NO_CONTENT, summary="End a silence now"
 )
 def expire_silence(
-    silence_id: int, project: ProjectDep, session: SessionDep, token: CurrentToken
+    silence_id: PathId, project: ProjectDep, session: SessionDep, token: CurrentToken
 ) -> None:
     _writer(token)
     row = store.get_silence(session, project, silence_id)
@@ -258,7 +259,7 @@ def list_inhibitions(
     summary="Remove an inhibit rule",
 )
 def delete_inhibition(
-    inhibition_id: int, project: ProjectDep, session: SessionDep, token: CurrentToken
+    inhibition_id: PathId, project: ProjectDep, session: SessionDep, token: CurrentToken
 ) -> None:
     _writer(token)
     store.delete_inhibition(session, project, inhibition_id, actor=accounts.actor_name(token))

@@ -13,6 +13,7 @@ from api.deps import (
     AdminToken,
     CurrentToken,
     PageDep,
+    PathId,
     ProjectDep,
     SessionDep,
     require,
@@ -113,7 +114,7 @@ def whoami(token: CurrentToken) -> TokenOut:
     response_class=Response,
     summary="Revoke a token (admin, or a member of its project)",
 )
-def revoke_token(token_id: int, session: SessionDep, token: CurrentToken) -> Response:
+def revoke_token(token_id: PathId, session: SessionDep, token: CurrentToken) -> Response:
     """Idempotent: revoking a revoked token succeeds and keeps its first revocation time."""
     target = accounts.get_token(session, token_id)
     if target is None or not accounts.can_see_token(token, target):

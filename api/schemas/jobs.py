@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from tuneloop.job_configs import ConfigKind, ObservedStatus, Origin
 from tuneloop.jobs import JobKind, JobStatus, validate_job_name, validate_labels
+from tuneloop.storage.types import INTEGER_MAX
 
 JobName = Annotated[
     str,
@@ -71,7 +72,10 @@ class ObservedIn(ConfigIn):
     older wire format) are accepted too and stored the same way."""
 
     acknowledged_version: int | None = Field(
-        default=None, ge=1, description="The released desired version the job now runs"
+        default=None,
+        ge=1,
+        le=INTEGER_MAX,
+        description="The released desired version the job now runs",
     )
     status: ObservedStatus | None = Field(
         default=None, description="running (the default), or oom / failed: it could not run it"
