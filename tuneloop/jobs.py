@@ -159,13 +159,28 @@ def update_job(
 
 
 def set_desired_config(
-    session: Session, job: Job, config: Mapping[str, Any], *, source: str, actor: str
+    session: Session,
+    job: Job,
+    config: Mapping[str, Any],
+    *,
+    source: str,
+    actor: str,
+    expected_version: int | None = None,
 ) -> JobConfig:
     """Store ``config`` as the job's next desired version (bounds-checked by
-    :func:`tuneloop.job_configs.propose`) and audit it. The actuator's source is its own."""
+    :func:`tuneloop.job_configs.propose`) and audit it. The actuator's source is its own.
+    ``expected_version``: only if the latest desired version is that one (0: none yet), else
+    :class:`~tuneloop.job_configs.VersionMismatch` (a conflict)."""
     if source == job_configs.ACTUATOR_SOURCE:
         raise InvalidInput(f"source {source!r} is reserved for the actuator's own versions")
-    row = job_configs.propose(session, job, dict(config), origin="api", source=source)
+    row = job_configs.propose(
+        session,
+        job,
+        dict(config),
+        origin="api",
+        source=source,
+        expected_version=expected_version,
+    )
     _audit_config(session, actor, job, row)
     return row
 

@@ -66,6 +66,16 @@ class ConfigIn(BaseModel):
     source: str = Field(default="api", min_length=1, max_length=50)
 
 
+class DesiredConfigIn(ConfigIn):
+    expected_version: int | None = Field(
+        default=None,
+        ge=0,
+        le=INTEGER_MAX,
+        description="Write only if the latest desired version is this one (0: none yet), "
+        "else 409; the same as If-Match with the ETag of GET .../config",
+    )
+
+
 class ObservedIn(ConfigIn):
     """An observed config. What it says about the desired versions goes in the typed fields;
     the keys ``desired_version``, ``status`` and ``reason`` inside ``config`` (the agents'
