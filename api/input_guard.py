@@ -86,7 +86,7 @@ def _is_json(scope: Scope) -> bool:
         if name == b"content-type":
             media: bytes = value.split(b";", 1)[0].strip().lower()
             return media.endswith((b"/json", b"+json"))
-    return False
+    return True  # FastAPI reads a body without a content type as JSON
 
 
 def _request_problem(scope: Scope) -> tuple[str, str] | None:

@@ -63,6 +63,15 @@ def test_non_finite_numbers_in_a_body_are_refused(
     _refused(response, "body")
 
 
+def test_a_body_without_a_content_type_is_checked_too(
+    client: TestClient, member: dict[str, str]
+) -> None:
+    response = client.put(
+        f"{JOBS}/trainer/config", content=b'{"config": {"lr": NaN}}', headers=member
+    )
+    _refused(response, "body")
+
+
 def test_integers_past_their_column_are_refused(
     client: TestClient, member: dict[str, str], mint: Minter
 ) -> None:
