@@ -24,6 +24,7 @@ from tuneloop import accounts
 from tuneloop.runtime import Runtime
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import ApiToken, Project
+from tuneloop.storage.types import BIGINT_MAX, INTEGER_MAX
 
 API_PREFIX = "/api/v1"
 
@@ -85,6 +86,10 @@ def get_session(runtime: RuntimeDep) -> Iterator[Session]:
 
 
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+
+PathId = Annotated[int, Path(ge=1, le=INTEGER_MAX)]
+"""A row id in the path (silence, token, trial number): bounded so the store can compare it."""
 
 
 def unauthorized(message: str) -> HTTPException:
@@ -210,7 +215,7 @@ class PageParams:
 
 def get_page_params(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE, description="Page size")] = 100,
-    offset: Annotated[int, Query(ge=0, description="Items to skip")] = 0,
+    offset: Annotated[int, Query(ge=0, le=BIGINT_MAX, description="Items to skip")] = 0,
 ) -> PageParams:
     return PageParams(limit=limit, offset=offset)
 

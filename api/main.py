@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 import tuneloop
 from api.errors import install_error_handlers
+from api.input_guard import InputGuard
 from api.observability import ApiMetrics, MetricsMiddleware
 from api.routes import ROUTERS
 from collector.pipeline import Pipeline
@@ -90,6 +91,8 @@ def create_app(
     app.state.pipeline = pipeline
     app.state.collector_status = collector_status
     app.state.metrics = ApiMetrics(registry)
+    # Added first so it runs inside the metrics middleware: its refusals are counted too.
+    app.add_middleware(InputGuard)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     install_error_handlers(app)
     for router in ROUTERS:

@@ -176,11 +176,15 @@ class Pipeline:
                 return
             if self._queued and self._queued + samples > self.config.queue_max_samples:
                 if self._spooling:
-                    retry_after = self._next_attempt - time.monotonic()
+                    # The store's next try: nothing frees before it.
+                    retry_after = self._next_attempt - item.at
                     reason = "the store is unreachable and the spool and memory queue are full"
                 else:
-                    retry_after = self.config.flush_interval_s
+                    # The store is as far behind as the oldest queued item is old: a client
+                    # told to come back sooner would only be refused again.
+                    retry_after = item.at - self._queue[0].at if self._queue else 0.0
                     reason = "the memory queue is full"
+                retry_after = max(retry_after, self.config.flush_interval_s)
                 self._refuse(item, reason, retry_after)
             self._enqueue(item)
 

@@ -96,3 +96,34 @@ def test_cli_reports_a_database_that_is_down(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith("tuneloop: cannot reach the database at")
     assert result.stderr.strip().count("\n") == 0
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql//x", "sqlite://tmp/x.db", "postgresql://h:port/db", "postgres ql://x"]
+)
+def test_a_malformed_database_url_is_one_line_naming_the_forms(
+    monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    monkeypatch.setenv("TUNELOOP_DATABASE_URL", url)
+    with pytest.raises(SettingsError) as error:
+        load_settings()
+    message = str(error.value)
+    assert message.startswith("invalid setting TUNELOOP_DATABASE_URL:")
+    assert "sqlite:///relative/path.db" in message and "postgresql://" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite://", "sqlite:///x.db", "sqlite:////tmp/x.db", "postgresql:///db"]
+)
+def test_well_formed_database_urls_pass(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    monkeypatch.setenv("TUNELOOP_DATABASE_URL", url)
+    assert load_settings().database_url == url
+
+
+def test_cli_stops_on_a_malformed_database_url_with_one_line(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "TUNELOOP_DATABASE_URL": "sqlite://tmp/x.db"}
+    result = run_cli("db", "current", env={**env, "HOME": str(tmp_path)})
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert result.stderr.startswith("tuneloop: invalid setting TUNELOOP_DATABASE_URL:")

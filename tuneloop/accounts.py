@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
-from sqlalchemy import select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -241,6 +241,19 @@ def list_all_tokens(
     query = select(ApiToken).order_by(ApiToken.id).limit(limit).offset(offset)
     if not include_revoked:
         query = query.where(ApiToken.revoked_at.is_(None))
+    return list(session.scalars(query))
+
+
+def refused_token_hashes(session: Session, since: datetime) -> list[str]:
+    """Hashes of the tokens revoked, or expired, from ``since`` until now: what a memory of
+    confirmed tokens must drop before an outage makes it the only judge."""
+    now = utcnow()
+    query = select(ApiToken.token_hash).where(
+        or_(
+            ApiToken.revoked_at >= since,
+            and_(ApiToken.expires_at >= since, ApiToken.expires_at <= now),
+        )
+    )
     return list(session.scalars(query))
 
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from sqlalchemy import select
+from sqlalchemy import false, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -22,6 +22,7 @@ from tuneloop import job_configs
 from tuneloop.accounts import record_job_audit
 from tuneloop.errors import Conflict, InvalidInput, NotFound
 from tuneloop.storage.models import Job, JobConfig, Project
+from tuneloop.storage.types import row_id
 
 JobKind = Literal["training", "inference"]
 JobStatus = Literal["pending", "running", "paused", "succeeded", "failed", "cancelled"]
@@ -101,7 +102,13 @@ def get_job(session: Session, project: Project, ref: str) -> Job:
 
 
 def _find_job(session: Session, project: Project, ref: str) -> Job | None:
-    by = Job.id == int(ref) if ref.isdigit() else Job.name == ref
+    found_id = row_id(ref)
+    if found_id is not None:
+        by = Job.id == found_id
+    elif ref.isascii() and ref.isdigit():
+        by = false()  # all digits is an id (names never are), here past any id's range
+    else:
+        by = Job.name == ref
     query = select(Job).where(Job.project_id == project.id, by)
     return session.scalars(query).one_or_none()
 
@@ -152,13 +159,28 @@ def update_job(
 
 
 def set_desired_config(
-    session: Session, job: Job, config: Mapping[str, Any], *, source: str, actor: str
+    session: Session,
+    job: Job,
+    config: Mapping[str, Any],
+    *,
+    source: str,
+    actor: str,
+    expected_version: int | None = None,
 ) -> JobConfig:
     """Store ``config`` as the job's next desired version (bounds-checked by
-    :func:`tuneloop.job_configs.propose`) and audit it. The actuator's source is its own."""
+    :func:`tuneloop.job_configs.propose`) and audit it. The actuator's source is its own.
+    ``expected_version``: only if the latest desired version is that one (0: none yet), else
+    :class:`~tuneloop.job_configs.VersionMismatch` (a conflict)."""
     if source == job_configs.ACTUATOR_SOURCE:
         raise InvalidInput(f"source {source!r} is reserved for the actuator's own versions")
-    row = job_configs.propose(session, job, dict(config), origin="api", source=source)
+    row = job_configs.propose(
+        session,
+        job,
+        dict(config),
+        origin="api",
+        source=source,
+        expected_version=expected_version,
+    )
     _audit_config(session, actor, job, row)
     return row
 

@@ -6,6 +6,7 @@ once at start-up, and are then read through :func:`get_settings`.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
@@ -13,8 +14,23 @@ from typing import Annotated, Any
 import platformdirs
 from pydantic import Field, IPvAnyNetwork, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from sqlalchemy.exc import ArgumentError
 
 ENV_PREFIX = "TUNELOOP_"
+
+_DATABASE_URL = re.compile(r"sqlite(\+\w+)?://(/\S*)?|postgresql(\+\w+)?://\S+")
+"""The URL forms SQLAlchemy reads as intended: ``sqlite://tmp/x.db`` would name a host."""
+
+
+def _parses(url: str) -> bool:
+    """Whether SQLAlchemy can read ``url`` (a port that is not a number, for one, it cannot)."""
+    from sqlalchemy.engine import make_url  # only when a URL is given: most commands need none
+
+    try:
+        make_url(url)
+    except (ArgumentError, ValueError):
+        return False
+    return True
 
 
 def default_data_dir() -> Path:
@@ -104,8 +120,12 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _check_database_url(cls, value: str) -> str:
-        if value and not value.startswith(("sqlite", "postgresql")):
-            raise ValueError("must be a sqlite:// or postgresql:// URL")
+        if value and not (_DATABASE_URL.fullmatch(value) and _parses(value)):
+            raise ValueError(
+                # Not echoed: it may hold a password.
+                "not a database URL: expected sqlite:///relative/path.db, "
+                "sqlite:////absolute/path.db or postgresql://user:password@host:5432/dbname"
+            )
         return value
 
     @field_validator("sources", mode="before")

@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import false, func, select
 from sqlalchemy.orm import Session
 
 from tuneloop.errors import InvalidInput
 from tuneloop.storage.locks import hold_write_lock
 from tuneloop.storage.models import Job, Study, Trial
+from tuneloop.storage.types import row_id
 from tuner.objectives import check_direction
 from tuner.space import SearchSpace
 from tuner.strategies.base import TRIAL_STATES, BaseStrategy, Observation, TrialState
@@ -84,7 +85,13 @@ def list_studies(session: Session, job: Job) -> list[Study]:
 
 def get_study(session: Session, job: Job, ref: str) -> Study | None:
     """The study of ``job`` named ``ref``, or with id ``ref`` when it is all digits."""
-    by = Study.id == int(ref) if ref.isdigit() else Study.name == ref
+    found_id = row_id(ref)
+    if found_id is not None:
+        by = Study.id == found_id
+    elif ref.isascii() and ref.isdigit():
+        by = false()  # all digits is an id (names never are), here past any id's range
+    else:
+        by = Study.name == ref
     return session.scalars(select(Study).where(Study.job_id == job.id, by)).one_or_none()
 
 

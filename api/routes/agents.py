@@ -44,6 +44,7 @@ from tuneloop.config_events import EVENTS
 from tuneloop.errors import Conflict, NotFound
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import ApiToken, Job, JobAgent
+from tuneloop.storage.types import INTEGER_MAX
 
 log = logging.getLogger(__name__)
 
@@ -190,9 +191,13 @@ async def next_config(
     request: Request,
     ref: Annotated[_JobRef, Depends(_resolve_job)],
     runtime: RuntimeDep,
-    after: Annotated[int, Query(ge=0, description="The version the job runs (0: none)")] = 0,
+    after: Annotated[
+        int, Query(ge=0, le=INTEGER_MAX, description="The version the job runs (0: none)")
+    ] = 0,
     timeout: Annotated[float, Query(ge=0, le=MAX_POLL_S, description="Seconds to wait")] = 30.0,
-    agent: Annotated[int | None, Query(ge=1, description="The asking agent's id")] = None,
+    agent: Annotated[
+        int | None, Query(ge=1, le=INTEGER_MAX, description="The asking agent's id")
+    ] = None,
 ) -> Response:
     """Answers at once with the released desired version when it is newer than ``after``,
     else waits up to ``timeout`` seconds for one and answers 204 if none came. ``held`` says

@@ -21,6 +21,7 @@ from api.deps import (
     AUTH_ERRORS,
     CurrentToken,
     PageDep,
+    PathId,
     ProjectDep,
     RuntimeDep,
     SessionDep,
@@ -187,7 +188,7 @@ def list_silences(
     "/silences/{silence_id}", status_code=status.HTTP_204_NO_CONTENT, summary="End a silence now"
 )
 def expire_silence(
-    silence_id: int, project: ProjectDep, session: SessionDep, token: CurrentToken
+    silence_id: PathId, project: ProjectDep, session: SessionDep, token: CurrentToken
 ) -> None:
     _writer(token)
     row = store.get_silence(session, project, silence_id)
@@ -276,7 +277,7 @@ def list_inhibitions(
     summary="Remove an inhibit rule",
 )
 def delete_inhibition(
-    inhibition_id: int, project: ProjectDep, session: SessionDep, token: CurrentToken
+    inhibition_id: PathId, project: ProjectDep, session: SessionDep, token: CurrentToken
 ) -> None:
     _writer(token)
     store.delete_inhibition(session, project, inhibition_id, actor=accounts.actor_name(token))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, status
+from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 
 from actuators.holds import hold
 from api.deps import (
@@ -20,10 +20,10 @@ from api.deps import (
     SessionDep,
     require_member,
 )
-from api.schemas.common import Page
+from api.schemas.common import ErrorOut, Page
 from api.schemas.jobs import (
-    ConfigIn,
     ConfigVersionOut,
+    DesiredConfigIn,
     JobConfigOut,
     JobCreate,
     JobOut,
@@ -31,6 +31,7 @@ from api.schemas.jobs import (
     ObservedIn,
 )
 from tuneloop import accounts, job_configs, jobs
+from tuneloop.errors import InvalidInput
 from tuneloop.jobs import JobStatus
 from tuneloop.storage.models import Job
 
@@ -94,15 +95,53 @@ def update_job(body: JobUpdate, job: JobDep, session: SessionDep, token: Current
     return JobOut.model_validate(job)
 
 
-@router.put("/{job}/config", summary="Set a new desired config (next version)")
+def desired_etag(version: int | None) -> str:
+    """The ETag of a job's config: its latest desired version (``"0"``: none yet)."""
+    return f'"{version or 0}"'
+
+
+def expected_version(if_match: str | None, in_body: int | None) -> int | None:
+    """The desired version a conditional write expects, from ``If-Match`` (an ETag of
+    GET .../config; ``*`` is no condition) or the body's ``expected_version``."""
+    from_header = None
+    if if_match is not None and if_match.strip() != "*":
+        tag = if_match.strip().removeprefix("W/").strip('"')
+        if not (tag.isascii() and tag.isdigit() and len(tag) <= 10):
+            raise InvalidInput(f'If-Match {if_match[:40]!r}: expected an ETag like "3"')
+        from_header = int(tag)
+    if from_header is not None and in_body is not None and from_header != in_body:
+        raise InvalidInput("If-Match and expected_version name different versions")
+    return from_header if from_header is not None else in_body
+
+
+@router.put(
+    "/{job}/config",
+    summary="Set a new desired config (next version)",
+    responses={409: {"model": ErrorOut, "description": "Not the expected version"}},
+)
 def set_desired_config(
-    body: ConfigIn, job: JobDep, session: SessionDep, token: CurrentToken
+    body: DesiredConfigIn,
+    job: JobDep,
+    session: SessionDep,
+    token: CurrentToken,
+    response: Response,
+    if_match: Annotated[
+        str | None, Header(description='Write only if the ETag of GET .../config is this ("3")')
+    ] = None,
 ) -> ConfigVersionOut:
-    """Stores ``config`` as desired version previous + 1 (the first is 1) and returns it."""
+    """Stores ``config`` as desired version previous + 1 (the first is 1) and returns it.
+    With ``If-Match`` or ``expected_version`` the write happens only if the latest desired
+    version is that one: 409 otherwise (someone else wrote meanwhile; read and retry)."""
     require_member(token, "setting a desired config")
     row = jobs.set_desired_config(
-        session, job, body.config, source=body.source, actor=accounts.actor_name(token)
+        session,
+        job,
+        body.config,
+        source=body.source,
+        actor=accounts.actor_name(token),
+        expected_version=expected_version(if_match, body.expected_version),
     )
+    response.headers["ETag"] = desired_etag(row.version)
     return ConfigVersionOut.model_validate(row)
 
 
@@ -132,9 +171,11 @@ def report_observed_config(
 
 
 @router.get("/{job}/config", summary="Latest desired and latest observed config")
-def read_config(job: JobDep, session: SessionDep) -> JobConfigOut:
-    """``held``: why the latest desired version is not released yet, and until when."""
+def read_config(job: JobDep, session: SessionDep, response: Response) -> JobConfigOut:
+    """``held``: why the latest desired version is not released yet, and until when. The
+    ``ETag`` header is the latest desired version, for a conditional PUT (``If-Match``)."""
     now = job_configs.state(session, job)
+    response.headers["ETag"] = desired_etag(now.desired.version if now.desired else None)
     return JobConfigOut(
         held=hold(job_configs.actuator_row(session, job)),
         desired=ConfigVersionOut.model_validate(now.desired) if now.desired else None,

@@ -11,17 +11,20 @@ body: 400 malformed, 413 over ``otlp_max_body_bytes`` (on the wire or decompress
 unknown content type or encoding, 503 with ``Retry-After`` while the write pipeline is full.
 While the database is down, tokens it confirmed lately still route exports to their
 project (:class:`collector.otlp.targets.RecentTargets`), so jobs keep sending through an
-outage into the spool.
+outage into the spool; tokens revoked before it (here, or elsewhere and heard of while the
+database answered) are refused through it with 401.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import (
@@ -41,6 +44,7 @@ from tuneloop import accounts
 from tuneloop.runtime import Runtime
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import Project
+from tuneloop.storage.types import utcnow
 
 router = APIRouter(tags=["otlp"], responses=AUTH_ERRORS)
 
@@ -58,7 +62,8 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
 _RECEIVER_LOCK = threading.Lock()
 
 
-def _recent_targets(request: Request) -> RecentTargets:
+def recent_targets(request: Request) -> RecentTargets:
+    """The app's memory of confirmed (and refused) OTLP tokens."""
     state = request.app.state
     with _RECEIVER_LOCK:
         recent = getattr(state, "otlp_recent_targets", None)
@@ -67,10 +72,17 @@ def _recent_targets(request: Request) -> RecentTargets:
     return recent
 
 
-def _target_from_store(runtime: Runtime, secret: str) -> Target:
+def _target_from_store(runtime: Runtime, secret: str, recent: RecentTargets) -> Target:
     # A session of its own, closed before the body is read: a slow client's 16 MiB upload
     # must not hold a pooled connection.
     with session_scope(runtime.sessions) as session:
+        # Revocations made elsewhere (the CLI, another replica) are heard of while the
+        # database answers, so an outage cannot bring a revoked token back.
+        recent.sweep(
+            lambda window_s: accounts.refused_token_hashes(
+                session, utcnow() - timedelta(seconds=window_s)
+            )
+        )
         token = accounts.authenticate(session, secret)
         if token is None:
             raise unauthorized("invalid, expired or revoked token")
@@ -92,11 +104,17 @@ def _target_from_store(runtime: Runtime, secret: str) -> Target:
 def get_target(request: Request, runtime: RuntimeDep, credentials: BearerCredentials) -> Target:
     if credentials is None:
         raise unauthorized("missing bearer token")
-    # A database error with nothing remembered propagates: 503 with Retry-After (api.errors).
-    return _recent_targets(request).resolve(
-        accounts.hash_secret(credentials.credentials),
-        lambda: _target_from_store(runtime, credentials.credentials),
-    )
+    recent = recent_targets(request)
+    key = accounts.hash_secret(credentials.credentials)
+    try:
+        return recent.resolve(
+            key, lambda: _target_from_store(runtime, credentials.credentials, recent)
+        )
+    except OperationalError:
+        if recent.refused(key):
+            raise unauthorized("invalid, expired or revoked token") from None
+        # Nothing remembered: 503 with Retry-After (api.errors).
+        raise
 
 
 def get_receiver(request: Request, runtime: RuntimeDep, metrics: MetricsDep) -> OtlpReceiver:

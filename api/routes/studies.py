@@ -10,7 +10,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, status
 
-from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, PageDep, SessionDep, require_member
+from api.deps import (
+    API_PREFIX,
+    AUTH_ERRORS,
+    CurrentToken,
+    PageDep,
+    PathId,
+    SessionDep,
+    require_member,
+)
 from api.routes.jobs import JobDep
 from api.schemas.common import Page
 from api.schemas.studies import AskIn, StudyCreate, StudyOut, StudyUpdate, TellIn, TrialOut
@@ -133,7 +141,7 @@ def ask(
 @router.post("/{study}/trials/{number}/tell", summary="Report a trial's result (agent-driven)")
 def tell(
     body: TellIn,
-    number: int,
+    number: PathId,
     study: StudyDep,
     session: SessionDep,
     token: CurrentToken,

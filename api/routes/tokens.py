@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 
 from api.deps import (
     API_PREFIX,
@@ -13,10 +13,12 @@ from api.deps import (
     AdminToken,
     CurrentToken,
     PageDep,
+    PathId,
     ProjectDep,
     SessionDep,
     require,
 )
+from api.routes.otlp import recent_targets
 from api.schemas.common import Page
 from api.schemas.tokens import AdminTokenCreate, TokenCreate, TokenCreatedOut, TokenOut
 from tuneloop import accounts, errors
@@ -113,11 +115,15 @@ def whoami(token: CurrentToken) -> TokenOut:
     response_class=Response,
     summary="Revoke a token (admin, or a member of its project)",
 )
-def revoke_token(token_id: int, session: SessionDep, token: CurrentToken) -> Response:
+def revoke_token(
+    token_id: PathId, request: Request, session: SessionDep, token: CurrentToken
+) -> Response:
     """Idempotent: revoking a revoked token succeeds and keeps its first revocation time."""
     target = accounts.get_token(session, token_id)
     if target is None or not accounts.can_see_token(token, target):
         raise errors.NotFound(f"token {token_id} not found")
     require(token.role in ("admin", "member"), "needs a member or admin token")
     accounts.revoke_token(session, token_id, actor=accounts.actor_name(token))
+    # At once in this process: an outage starting now must not bring the token back.
+    recent_targets(request).refuse(target.token_hash)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

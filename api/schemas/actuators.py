@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.jobs import HeldOut
+from tuneloop.storage.types import INTEGER_MAX
 
 
 class ActuatorOut(BaseModel):
@@ -28,7 +29,7 @@ class ActuatorOut(BaseModel):
 class ApproveIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    version: int = Field(ge=1, description="Allow desired versions up to this one")
+    version: int = Field(ge=1, le=INTEGER_MAX, description="Allow desired versions up to this one")
 
 
 class ConfigMarkOut(BaseModel):

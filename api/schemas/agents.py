@@ -8,12 +8,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.jobs import ReleasedConfigOut
+from tuneloop.storage.types import INTEGER_MAX
 
 
 class RankIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    rank: int = Field(ge=0)
+    rank: int = Field(ge=0, le=INTEGER_MAX)
     gpu_uuids: list[str] = Field(
         default_factory=list, examples=[["GPU-5c4ec6a1-3b2f-8e2d-7f0a-1b2c3d4e5f60"]]
     )
@@ -25,8 +26,8 @@ class AgentCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     host: str = Field(min_length=1, max_length=255, examples=["gpu-node-7"])
-    pid: int | None = Field(default=None, ge=0)
-    world_size: int = Field(ge=1, examples=[8])
+    pid: int | None = Field(default=None, ge=0, le=INTEGER_MAX)
+    world_size: int = Field(ge=1, le=INTEGER_MAX, examples=[8])
     ranks: list[RankIn] = Field(description="The ranks this agent speaks for, with their GPUs")
     config: dict[str, Any] | None = Field(
         default=None,
@@ -59,9 +60,13 @@ class AgentOut(BaseModel):
 class AckIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    agent_id: int = Field(ge=1)
-    version: int = Field(ge=1, description="The released desired version the job now runs")
-    step: int | None = Field(default=None, ge=0, description="The step it took effect at")
+    agent_id: int = Field(ge=1, le=INTEGER_MAX)
+    version: int = Field(
+        ge=1, le=INTEGER_MAX, description="The released desired version the job now runs"
+    )
+    step: int | None = Field(
+        default=None, ge=0, le=INTEGER_MAX, description="The step it took effect at"
+    )
 
 
 class GpuOwnerOut(BaseModel):

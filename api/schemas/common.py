@@ -1,10 +1,19 @@
-"""Bodies every area shares: the error body and a page of a list."""
+"""Bodies every area shares: the error body, a page of a list, and the bounded integers every
+request field uses (a number past its column's range would be a server error)."""
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import BaseModel, Field
+
+from tuneloop.storage.types import BIGINT_MAX, INTEGER_MAX
+
+Id = Annotated[int, Field(ge=1, le=INTEGER_MAX)]
+"""A row id or a version number in a request (an INTEGER column)."""
+
+Int64 = Annotated[int, Field(ge=-BIGINT_MAX - 1, le=BIGINT_MAX)]
+"""Any other integer a request may carry."""
 
 
 class ErrorOut(BaseModel):

@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from tuneloop.job_configs import ConfigKind, ObservedStatus, Origin
 from tuneloop.jobs import JobKind, JobStatus, validate_job_name, validate_labels
+from tuneloop.storage.types import INTEGER_MAX
 
 JobName = Annotated[
     str,
@@ -65,13 +66,26 @@ class ConfigIn(BaseModel):
     source: str = Field(default="api", min_length=1, max_length=50)
 
 
+class DesiredConfigIn(ConfigIn):
+    expected_version: int | None = Field(
+        default=None,
+        ge=0,
+        le=INTEGER_MAX,
+        description="Write only if the latest desired version is this one (0: none yet), "
+        "else 409; the same as If-Match with the ETag of GET .../config",
+    )
+
+
 class ObservedIn(ConfigIn):
     """An observed config. What it says about the desired versions goes in the typed fields;
     the keys ``desired_version``, ``status`` and ``reason`` inside ``config`` (the agents'
     older wire format) are accepted too and stored the same way."""
 
     acknowledged_version: int | None = Field(
-        default=None, ge=1, description="The released desired version the job now runs"
+        default=None,
+        ge=1,
+        le=INTEGER_MAX,
+        description="The released desired version the job now runs",
     )
     status: ObservedStatus | None = Field(
         default=None, description="running (the default), or oom / failed: it could not run it"

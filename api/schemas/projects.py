@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from tuneloop.accounts import validate_project_name
+from tuneloop.storage.types import INTEGER_MAX
 
 ProjectName = Annotated[
     str,
@@ -20,7 +21,7 @@ class ProjectCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: ProjectName
-    max_series: int | None = Field(default=None, ge=1)
+    max_series: int | None = Field(default=None, ge=1, le=INTEGER_MAX)
 
 
 class ProjectOut(BaseModel):

@@ -7,12 +7,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.schemas.common import Int64
 from tuneloop.storage.models import Study, Trial
+from tuneloop.storage.types import INTEGER_MAX
 from tuner.memory import DEFAULT_HEADROOM
 from tuner.study_options import DEFAULT_ACK_TIMEOUT_S
 from tuner.trial_measurements import TrialMeasurements
 
-Bounds = tuple[int, int]
+Bounds = tuple[Int64, Int64]
 
 
 class SpaceIn(BaseModel):
@@ -29,7 +31,9 @@ class SpaceIn(BaseModel):
     sync_powers_of_two: bool = False
     lr_scaling: Literal["linear", "sqrt"] | None = "linear"
     base_lr: float | None = Field(default=None, description="Learning rate at base_batch")
-    base_batch: int | None = Field(default=None, description="Global batch of base_lr (M0)")
+    base_batch: int | None = Field(
+        default=None, le=INTEGER_MAX, description="Global batch of base_lr (M0)"
+    )
     sync_mode: Literal["accumulate", "local_sgd"] = "accumulate"
 
 
@@ -61,18 +65,20 @@ class StudyCreate(BaseModel):
     )
     strategy: str = Field(default="bayesian", description="bayesian, bandit, grid or random")
     direction: Literal["maximize", "minimize"] | None = None
-    seed: int | None = Field(default=None, ge=0)
+    seed: int | None = Field(default=None, ge=0, le=INTEGER_MAX)
     space: SpaceIn
     strategy_options: dict[str, Any] = Field(default_factory=dict)
-    measurement: dict[str, int | float] = Field(
+    measurement: dict[str, Int64 | float] = Field(
         default_factory=dict,
         description="warmup_s, warmup_samples, window_s, min_samples, max_rel_stderr, "
         "max_age_s, max_extensions, budget_s",
     )
-    ranks: int | None = Field(default=None, ge=1, description="Default: ranks seen reporting")
+    ranks: int | None = Field(
+        default=None, ge=1, le=INTEGER_MAX, description="Default: ranks seen reporting"
+    )
     slo_s: float | None = Field(default=None, gt=0, description="P99 bound (slo_throughput)")
     driven_by: Literal["tuner", "agent"] = "tuner"
-    max_trials: int | None = Field(default=None, ge=1)
+    max_trials: int | None = Field(default=None, ge=1, le=INTEGER_MAX)
     ack_timeout_s: float = Field(default=DEFAULT_ACK_TIMEOUT_S, gt=0)
     memory: MemoryIn = Field(default_factory=MemoryIn)
     warm_start: bool = Field(

@@ -7,8 +7,10 @@ dcgm-exporter's and node-exporter's names, so dashboards written against those e
 working. A name or label name the Prometheus format cannot carry (a relabel rule can make one)
 is sanitized with the same rules as the OTLP receiver's: words split at anything but letters
 and digits, joined with ``_``; a leading digit gets a prefix; label names starting with ``__``
-(reserved) get ``key``. Should two series end up with the same name and labels, the first (by
-metric name, then series id) is kept.
+(reserved) get ``key``. A name with letters outside ASCII (``ünïcödé``) is written with
+Prometheus' ``U__`` escaping (``U___fc_n_ef_c_f6_d_e9_``), which the 0.0.4 format can carry.
+Should two series end up with the same name and labels, the first (by metric name, then series
+id) is kept.
 
 Each sample carries its own timestamp: a value scraped twice is one sample in Prometheus, and
 the scraped series match the store exactly.
@@ -20,7 +22,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from collector.otlp.labels import label_name
-from collector.otlp.names import NameKind, metric_name
+from collector.otlp.names import NameKind, escape_legacy, metric_name
 from tuneloop.storage.timeseries.types import LatestSample, SeriesKind
 from tuneloop.storage.types import to_micros
 
@@ -34,7 +36,7 @@ def exposition_name(metric: str) -> str:
     """``metric`` if Prometheus accepts it, else its sanitized form (no suffixes added)."""
     if _METRIC_NAME.fullmatch(metric):
         return metric
-    return metric_name(metric, "", NameKind.OTHER) or "_"
+    return escape_legacy(metric_name(metric, "", NameKind.OTHER) or "_")
 
 
 def exposition_label(name: str) -> str:

@@ -5,7 +5,10 @@ written against Prometheus works unchanged:
 
 1. The name is split into words at every character that is not a letter or digit (dots, dashes,
    runs of underscores) and re-joined with ``_``: ``http.server.request.duration`` ->
-   ``http_server_request_duration``.
+   ``http_server_request_duration``. Letters and digits of every script are kept (after NFC
+   normalization), as in the OpenTelemetry specification and Prometheus 3, which accepts UTF-8
+   names: ``ünïcödé.temp`` -> ``ünïcödé_temp``. Where only the classic character set can go
+   (the text exposition), :func:`escape_legacy` applies Prometheus' ``U__`` value escaping.
 2. The unit, less ``{annotations}``, is appended as a word unless the name already has it:
    ``s`` -> ``_seconds``, ``By`` -> ``_bytes``, ``ms`` -> ``_milliseconds`` (see ``UNITS``); a
    rate unit ``X/Y`` appends ``X`` then ``per_Y`` (``By/s`` -> ``_bytes_per_second``). Unknown
@@ -20,6 +23,7 @@ Histograms then get ``_bucket``/``_sum``/``_count`` and summaries ``_sum``/``_co
 from __future__ import annotations
 
 import re
+import unicodedata
 from enum import StrEnum
 from functools import lru_cache
 from typing import Final
@@ -61,7 +65,8 @@ PER_UNITS: Final[dict[str, str]] = {
     "mo": "month",
     "y": "year",
 }
-_WORD_SPLIT: Final = re.compile(r"[^a-zA-Z0-9]+")
+_WORD_SPLIT: Final = re.compile(r"[\W_]+")  # anything but a letter or digit, any script
+_LEGACY_NAME: Final = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _ANNOTATION: Final = re.compile(r"\{[^}]*\}")
 
 
@@ -77,7 +82,8 @@ class NameKind(StrEnum):
 
 
 def _words(text: str) -> list[str]:
-    return [word for word in _WORD_SPLIT.split(text) if word]
+    # NFC so a letter typed as base + combining accent stays one letter, not a word break.
+    return [word for word in _WORD_SPLIT.split(unicodedata.normalize("NFC", text)) if word]
 
 
 def _unit_words(unit: str) -> tuple[list[str], list[str]]:
@@ -108,3 +114,20 @@ def metric_name(name: str, unit: str, kind: NameKind) -> str:
         words.append("ratio")
     joined = "_".join(words)
     return "_" + joined if joined[0].isdigit() else joined
+
+
+def escape_legacy(name: str) -> str:
+    """``name`` if it is a classic Prometheus name, else Prometheus' ``U__`` value escaping:
+    ``_`` doubled, any other character outside ``[a-zA-Z0-9_:]`` written ``_<hex code>_``
+    (``ünï`` -> ``U___fc_n_ef_``), so distinct names stay distinct and can be read back."""
+    if _LEGACY_NAME.fullmatch(name):
+        return name
+    escaped = ["U__"]
+    for index, char in enumerate(name):
+        if char == "_":
+            escaped.append("__")
+        elif char.isascii() and (char.isalpha() or char == ":" or (char.isdigit() and index)):
+            escaped.append(char)
+        else:
+            escaped.append(f"_{ord(char):x}_")
+    return "".join(escaped)

@@ -199,6 +199,23 @@ def test_an_oversized_submission_is_let_into_an_empty_queue(
     assert stored(engine) == 25
 
 
+def test_retry_after_grows_with_the_backlog(
+    engine: Engine, project_id: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pipeline = Pipeline(
+        StoreSink(SampleWriter(engine)), config=PipelineConfig(queue_max_samples=10)
+    )
+    clock = [1000.0]
+    monkeypatch.setattr("collector.pipeline.time.monotonic", lambda: clock[0])
+    pipeline.submit(project_id, [series(10)])
+    clock[0] += 7.4  # the store has not taken anything for 7.4 s
+    with pytest.raises(PipelineFull) as refused:
+        pipeline.submit(project_id, [series(1, start=100)])
+    assert refused.value.retry_after_s == pytest.approx(7.4)
+    monkeypatch.undo()
+    pipeline.stop()
+
+
 def test_a_stopped_pipeline_refuses(engine: Engine, project_id: int) -> None:
     pipeline = Pipeline(StoreSink(SampleWriter(engine)))
     pipeline.start()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from collector.otlp.names import NameKind, metric_name
+from collector.otlp.names import NameKind, escape_legacy, metric_name
 
 COUNTER, GAUGE, OTHER = NameKind.COUNTER, NameKind.GAUGE, NameKind.OTHER
 
@@ -33,8 +33,25 @@ COUNTER, GAUGE, OTHER = NameKind.COUNTER, NameKind.GAUGE, NameKind.OTHER
         ("2xx.responses", "", COUNTER, "_2xx_responses_total"),
         ("GPU.Power", "W", GAUGE, "GPU_Power_watts"),
         ("...", "s", GAUGE, ""),
+        ("ünïcödé", "", GAUGE, "ünïcödé"),  # letters of any script are kept (UTF-8 names)
+        ("ünïcödé.temp", "Cel", GAUGE, "ünïcödé_temp_celsius"),
+        ("u\u0308ber", "", GAUGE, "über"),  # NFC: a combining accent is not a word break
+        ("温度.gpu", "", GAUGE, "温度_gpu"),
         ("", "", COUNTER, ""),
     ],
 )
 def test_metric_name(name: str, unit: str, kind: NameKind, expected: str) -> None:
     assert metric_name(name, unit, kind) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "escaped"),
+    [
+        ("gpu_temp", "gpu_temp"),
+        ("ünïcödé", "U___fc_n_ef_c_f6_d_e9_"),
+        ("a_ü", "U__a___fc_"),
+        ("1ü", "U___31__fc_"),
+    ],
+)
+def test_escape_legacy(name: str, escaped: str) -> None:
+    assert escape_legacy(name) == escaped

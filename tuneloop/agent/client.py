@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from tuneloop import __version__
+from tuneloop.agent.refusals import TOKEN_REFUSALS
 
 
 class ProtocolError(RuntimeError):
@@ -76,7 +77,9 @@ class ControlPlaneClient:
                 detail = str(response.json().get("detail"))
             except ValueError:
                 detail = response.text[:200]
+            TOKEN_REFUSALS.saw(response.status_code, detail, "config updates")
             raise ProtocolError(response.status_code, detail)
+        TOKEN_REFUSALS.saw(response.status_code, "", "config updates")
         return response.json() if response.content else None
 
     def ensure_job(self) -> None:

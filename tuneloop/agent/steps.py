@@ -14,6 +14,7 @@ from contextlib import nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+import requests
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -26,11 +27,24 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, Status, StatusCode, set_span_in_context
 
+from tuneloop.agent.refusals import TOKEN_REFUSALS
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
 PHASES = ("data_loading", "forward", "backward", "grad_sync", "optimizer")
 """The phases tuneloop's views and tuner know; a job may add its own names."""
+
+
+def _watched_session(what: str) -> requests.Session:
+    """An HTTP session for an exporter that reports a refused token (once, clearly)."""
+
+    def note(response: requests.Response, *_args: Any, **_kwargs: Any) -> None:
+        TOKEN_REFUSALS.saw(response.status_code, response.text, what)
+
+    session = requests.Session()
+    session.hooks["response"].append(note)
+    return session
 
 
 class StepTracer:
@@ -72,6 +86,7 @@ class StepTracer:
                     endpoint=f"{url.rstrip('/')}/v1/traces",
                     headers=headers,
                     compression=Compression.Gzip,
+                    session=_watched_session("step timings"),
                 ),
                 schedule_delay_millis=int(export_interval_s * 1000),
             )
@@ -81,6 +96,7 @@ class StepTracer:
                     endpoint=f"{url.rstrip('/')}/v1/metrics",
                     headers=headers,
                     compression=Compression.Gzip,
+                    session=_watched_session("metrics export"),
                 ),
                 export_interval_millis=max(1000, int(export_interval_s * 1000)),
             )

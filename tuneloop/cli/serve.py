@@ -11,6 +11,7 @@ import typer
 
 from tuneloop.cli import app
 from tuneloop.cli.common import fail, open_runtime, settings_or_fail
+from tuneloop.cli.data_lock import DataDirInUse, lock_data_dir
 from tuneloop.runtime import Runtime
 from tuneloop.settings import Settings
 
@@ -151,6 +152,11 @@ def up(host: HostOption = None, port: PortOption = None, source: SourceOption = 
     from tuneloop.taskqueue.inprocess import InProcessRunner
 
     settings = settings_or_fail(host=host, port=port, sources=source or None)
+    try:
+        # Held (open) until the process ends.
+        data_lock = lock_data_dir(settings.data_dir)
+    except DataDirInUse as exc:
+        fail(str(exc))
     _configure_logging(settings)
     plan = _sources(settings, from_flags=bool(source))
     runtime = open_runtime(settings)
@@ -194,6 +200,7 @@ def up(host: HostOption = None, port: PortOption = None, source: SourceOption = 
         pipeline.stop(timeout_s=STOP_TIMEOUT_S)
         tasks.stop()
         runtime.close()
+        data_lock.close()
         typer.echo("tuneloop stopped.")
 
 

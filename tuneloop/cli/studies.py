@@ -13,6 +13,7 @@ from tuneloop.cli import app
 from tuneloop.cli.common import fail
 from tuneloop.cli.tokens import CLI_ACTOR, _session, _table, _when
 from tuneloop.storage.models import Job, Project, Study, Trial
+from tuneloop.storage.types import row_id
 from tuner import service
 from tuner.trial_measurements import TrialMeasurements
 
@@ -127,8 +128,9 @@ def study_cancel(
 
 
 def _find_study(session: Session, ref: str, job: str | None, project: str | None) -> Study:
-    if ref.isdigit():
-        found = session.get(Study, int(ref))
+    if ref.isascii() and ref.isdigit():
+        study_id = row_id(ref)
+        found = session.get(Study, study_id) if study_id is not None else None
     elif job is None:
         fail(f"study {ref!r}: give its id, or its job with --job (see: tuneloop study list)")
     else:

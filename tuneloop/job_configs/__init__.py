@@ -54,6 +54,7 @@ from tuneloop.job_configs.protocol import (
 from tuneloop.job_configs.versions import (
     CONFIG_WRITE_ATTEMPTS,
     ConfigKind,
+    VersionMismatch,
     append_version,
     config_version,
     first_acknowledgement,
@@ -82,6 +83,7 @@ __all__ = [
     "PolicyError",
     "ReleaseReason",
     "UnknownVersion",
+    "VersionMismatch",
     "acknowledge",
     "actuator_row",
     "append_version",

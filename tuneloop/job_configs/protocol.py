@@ -56,11 +56,14 @@ def propose(
     origin: Origin = "api",
     study_id: int | None = None,
     source: str | None = None,
+    expected_version: int | None = None,
 ) -> JobConfig:
     """Write ``config`` as the job's next desired version, written by ``origin`` (``study_id``:
     the study behind a study's version; ``source``: free text for the audit trail). One outside
     the job's bounds is refused with :class:`InvalidInput` naming every key out of bounds.
-    Agents long-polling the job are woken once the caller commits."""
+    Agents long-polling the job are woken once the caller commits. With ``expected_version``
+    the write is conditional (:class:`~tuneloop.job_configs.versions.VersionMismatch` unless
+    the latest desired version is that one; 0: none yet)."""
     problems = bound_problems(job_bounds(session, job), config)
     if problems:
         raise InvalidInput(
@@ -70,7 +73,14 @@ def propose(
         )
     changed_after_commit(session, job.id)
     return append_version(
-        session, job, "desired", config, origin=origin, study_id=study_id, source=source
+        session,
+        job,
+        "desired",
+        config,
+        origin=origin,
+        study_id=study_id,
+        source=source,
+        expected_version=expected_version,
     )
 
 

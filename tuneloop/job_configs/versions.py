@@ -33,6 +33,10 @@ ConfigKind = Literal["desired", "observed"]
 CONFIG_WRITE_ATTEMPTS: Final = 5
 
 
+class VersionMismatch(Conflict):
+    """A conditional write found another latest version than the one it expected."""
+
+
 def lock_job(session: Session, job: Job) -> None:
     """Hold the job's row until the transaction ends (``FOR UPDATE`` on PostgreSQL), so its
     config writers take turns; SQLite serializes writers itself."""
@@ -49,6 +53,7 @@ def append_version(
     study_id: int | None = None,
     source: str | None = None,
     report: ObservedReport | None = None,
+    expected_version: int | None = None,
 ) -> JobConfig:
     """Add the next ``kind`` version of ``job``'s config (previous + 1, starting at 1), with no
     check of its content: :func:`tuneloop.job_configs.protocol.propose` checks desired ones.
@@ -58,6 +63,10 @@ def append_version(
     The job row is locked first (``FOR UPDATE`` on PostgreSQL), so concurrent writers get
     consecutive versions. SQLite has no row locks: a writer that loses the race retries with
     the next number, and after :data:`CONFIG_WRITE_ATTEMPTS` gets :class:`Conflict`.
+
+    ``expected_version`` makes the write conditional: :class:`VersionMismatch` unless the
+    latest ``kind`` version is that one (0: none yet), so two people editing the same version
+    cannot silently overwrite each other.
     """
     check_origin(origin, study_id)
     if report is not None and kind != "observed":
@@ -70,6 +79,11 @@ def append_version(
                 JobConfig.job_id == job.id, JobConfig.kind == kind
             )
         )
+        if expected_version is not None and (current or 0) != expected_version:
+            raise VersionMismatch(
+                f"the {kind} config of job {job.name!r} is at version {current or 0}, not "
+                f"{expected_version} as expected: read it again (GET .../config) and retry"
+            )
         row = JobConfig(
             job_id=job.id,
             kind=kind,

@@ -12,6 +12,25 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
+INTEGER_MAX = 2**31 - 1
+"""The largest value of an INTEGER column: most ids, versions and counts."""
+
+BIGINT_MAX = 2**63 - 1
+"""The largest value of a BIGINT column (and of an offset PostgreSQL accepts)."""
+
+
+def row_id(ref: str) -> int | None:
+    """The id ``ref`` names when it is all ASCII digits and fits an id column, else ``None``.
+
+    ``str.isdigit`` alone is true for '²' or Arabic-Indic digits, which ``int`` then refuses or
+    reads as another number; and a longer number would overflow the column.
+    """
+    if not (ref.isascii() and ref.isdigit()):
+        return None
+    value = int(ref)
+    return value if value <= INTEGER_MAX else None
+
+
 # SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
 BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
 
