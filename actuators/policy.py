@@ -61,14 +61,26 @@ class Stats:
     stderr: float
     n: int
 
-    def to_dict(self) -> dict[str, float]:
-        return {"mean": self.mean, "stderr": self.stderr, "n": self.n}
+    def to_dict(self) -> dict[str, float | None]:
+        """Strict JSON: a job that reports but has nothing of this config yet has no mean
+        (NaN) and no bound on its error (infinite), which PostgreSQL's ``json`` refuses; both
+        are written as null."""
+        return {"mean": _finite(self.mean), "stderr": _finite(self.stderr), "n": self.n}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> Stats | None:
         if not data:
             return None
-        return cls(float(data["mean"]), float(data["stderr"]), int(data["n"]))
+        mean, stderr = data["mean"], data["stderr"]
+        return cls(
+            math.nan if mean is None else float(mean),
+            math.inf if stderr is None else float(stderr),
+            int(data["n"]),
+        )
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,6 +123,25 @@ def test_a_worse_change_is_rolled_back_and_marked_bad(
         assert actions == ["actuator.release", "actuator.rollback"]
 
 
+def test_a_job_with_nothing_in_its_verification_window_is_released_on_both_backends(
+    engine: Engine, sessions: sessionmaker[Session], job_id: int
+) -> None:
+    # It reported in the last minutes but not in the last window: the baseline has no mean,
+    # which once stalled every reconcile pass on PostgreSQL (its json refuses NaN).
+    start = utcnow()
+    throughput(engine, start + timedelta(seconds=1), 10, 1000.0)
+    now = start + timedelta(seconds=60)
+    desire(sessions, job_id, {"batch_size": 64})
+    assert reconcile(sessions, job_id, now) == ("release", "goal")
+    with session_scope(sessions) as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        released = job_configs.released_config(session, job)
+        assert released is not None and released.config == {"batch_size": 64}
+        state = job_configs.actuator_row(session, job)
+        assert state is not None and state.baseline == {"mean": None, "stderr": None, "n": 0}
+
+
 def test_a_better_change_is_kept_and_marked_good(
     engine: Engine, sessions: sessionmaker[Session], job_id: int
 ) -> None:
