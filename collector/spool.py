@@ -1,4 +1,6 @@
-"""The on-disk spool: where accepted samples wait while the store is unreachable.
+"""The on-disk spool: where accepted samples wait while the store is unreachable, and, when the
+pipeline is durable, its write-ahead log (:meth:`Spool.write`, :meth:`Spool.sync` and
+:meth:`Spool.ack_to`; group commit in :mod:`collector.wal`).
 
 Layout: ``<root>/slot-N/`` directories, each leased by one process through an exclusive
 ``flock`` on ``slot-N/lock`` (released by the kernel when the process dies, so a crashed
