@@ -27,6 +27,10 @@ point, resource attributes ``service.name``/``host.name``/...):
   exporter or collector batching over time sends;
 * **periodic**: one point per series per request, what a periodic SDK exporter sends.
 
+OTLP ingest runs with the durable acknowledgement (``TUNELOOP_COLLECTOR_DURABLE=true``, the
+default: each request answered only once its samples are fsync'ed to the write-ahead log) and,
+with ``--durable both``, also without it (answered from memory), interleaved in the same run.
+
 The ratio is baseline_time / ingest_time: 1.0 would be as fast as the baseline. A scratch
 database is created and dropped; nothing else is touched::
 
@@ -298,7 +302,9 @@ def serve(port: int, *, gc_freeze: bool) -> None:
 class Server:
     """A child process serving the API app on a free port (see :func:`serve`)."""
 
-    def __init__(self, database_url: str, data_dir: Path, *, gc_freeze: bool = False) -> None:
+    def __init__(
+        self, database_url: str, data_dir: Path, *, gc_freeze: bool = False, durable: bool = True
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {
@@ -306,6 +312,7 @@ class Server:
             "TUNELOOP_DATABASE_URL": database_url,
             "TUNELOOP_DATA_DIR": str(data_dir),
             "TUNELOOP_LOG_LEVEL": "warning",
+            "TUNELOOP_COLLECTOR_DURABLE": "true" if durable else "false",
         }
         env.pop("TUNELOOP_REDIS_URL", None)
         self.process = subprocess.Popen(
@@ -456,8 +463,8 @@ class Bench:
         self._check_count("raw COPY")
         return elapsed
 
-    def otlp(self, shape: Shape) -> float:
-        server = Server(self.database_url, self.data_dir, gc_freeze=self.gc_freeze)
+    def otlp(self, shape: Shape, *, durable: bool = True) -> float:
+        server = Server(self.database_url, self.data_dir, gc_freeze=self.gc_freeze, durable=durable)
         try:
             headers = {
                 "Authorization": f"Bearer {self.token}",
@@ -486,9 +493,10 @@ class Bench:
             elapsed = time.perf_counter() - started
         finally:
             server.close()
-        self.retried.setdefault(shape.name, []).append(sent.retried)
-        self.gc_share.setdefault(shape.name, []).append(gc_seconds / elapsed)
-        self._check_count(f"OTLP {shape.name}")
+        name = contender(shape, durable)
+        self.retried.setdefault(name, []).append(sent.retried)
+        self.gc_share.setdefault(name, []).append(gc_seconds / elapsed)
+        self._check_count(name)
         return elapsed
 
     def victoria(self, shape: Shape) -> float:
@@ -656,6 +664,7 @@ def make_shape(workload: Workload, name: str, points_per_request: int, vm: bool)
 @dataclass(frozen=True, slots=True)
 class Result:
     shape: Shape
+    durable: bool
     samples: int
     raw_s: float
     otlp_s: float
@@ -677,7 +686,8 @@ def table(results: Sequence[Result]) -> str:
     lines = [head, rule]
     for result in results:
         line = (
-            f"| {result.shape.name} ({result.shape.points_per_request}/series/request) "
+            f"| {result.shape.name} ({result.shape.points_per_request}/series/request"
+            f"{'' if result.durable else ', not durable'}) "
             f"| {len(result.shape.bodies):,} | {result.samples:,} | {result.raw_s:.3f} "
             f"| {result.otlp_s:.3f} | {result.samples / result.otlp_s:,.0f} "
             f"| **{result.raw_s / result.otlp_s:.2f}** | {result.gc_share:.0%} |"
@@ -689,6 +699,10 @@ def table(results: Sequence[Result]) -> str:
             )
         lines.append(line)
     return "\n".join(lines)
+
+
+def contender(shape: Shape, durable: bool) -> str:
+    return f"otlp {shape.name}" + ("" if durable else " not durable")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -715,6 +729,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--gc-freeze",
         action="store_true",
         help="the server calls gc.freeze() once started (not what tuneloop api does today)",
+    )
+    parser.add_argument(
+        "--durable",
+        choices=("yes", "no", "both"),
+        default="both",
+        help="OTLP ingest with the durable acknowledgement, without it, or both (interleaved)",
     )
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -752,8 +772,12 @@ def main(argv: list[str] | None = None) -> int:
                 engine, url, Path(data_dir), token, workload, rows, args.connections, args.gc_freeze
             )
             contenders: list[tuple[str, Callable[[], float]]] = [("raw", bench.raw)]
+            modes = {"yes": [True], "no": [False], "both": [True, False]}[args.durable]
             for shape in shapes:
-                contenders.append((f"otlp {shape.name}", partial(bench.otlp, shape)))
+                for durable in modes:
+                    contenders.append(
+                        (contender(shape, durable), partial(bench.otlp, shape, durable=durable))
+                    )
                 if vm:
                     contenders.append((f"vm {shape.name}", partial(bench.victoria, shape)))
             times: dict[str, list[float]] = {name: [] for name, _ in contenders}
@@ -763,21 +787,23 @@ def main(argv: list[str] | None = None) -> int:
                     elapsed = action()
                     times[name].append(elapsed)
                     log(
-                        f"  repeat {repeat + 1}/{repeats} {name:>16}: {elapsed:7.3f} s "
+                        f"  repeat {repeat + 1}/{repeats} {name:>28}: {elapsed:7.3f} s "
                         f"({workload.samples / elapsed:,.0f} samples/s)"
                     )
             raw_s = statistics.median(times["raw"])
             results = [
                 Result(
                     shape,
+                    durable,
                     workload.samples,
                     raw_s,
-                    statistics.median(times[f"otlp {shape.name}"]),
+                    statistics.median(times[contender(shape, durable)]),
                     statistics.median(times[f"vm {shape.name}"]) if vm else None,
-                    sum(bench.retried.get(shape.name, [])),
-                    statistics.median(bench.gc_share[shape.name]),
+                    sum(bench.retried.get(contender(shape, durable), [])),
+                    statistics.median(bench.gc_share[contender(shape, durable)]),
                 )
                 for shape in shapes
+                for durable in modes
             ]
             print(
                 f"\n{machine(engine)}; median of {repeats} interleaved runs, "
@@ -788,7 +814,8 @@ def main(argv: list[str] | None = None) -> int:
             print(table(results))
             for result in results:
                 if result.retried:
-                    print(f"{result.shape.name}: {result.retried} requests answered 503, retried")
+                    name = contender(result.shape, result.durable)
+                    print(f"{name}: {result.retried} requests answered 503, retried")
         finally:
             engine.dispose()
     return 0

@@ -16,6 +16,15 @@
 
 Invariant: whatever is in the spool is older than whatever is in the memory queue.
 
+**Durable** (``PipelineConfig.durable``, what ``tuneloop up`` does unless told otherwise): the
+spool is also the write-ahead log of every submission. ``submit`` writes the submission to it
+and returns only once it is fsync'ed, many concurrent submissions sharing one fsync
+(:mod:`collector.wal`); the flusher writes from memory as above and then moves the spool's ack
+past what it wrote, so the log is truncated as the store catches up. When the store is
+unreachable the memory queue is simply dropped (the log holds it) and replay starts at the
+ack; a full log refuses submissions instead of holding them in memory. After a crash, the next
+start replays what lies past the ack: at least once, never lost.
+
 Permanent failures are counted and never retried: the store's rejections (bad input, series
 cap) and any non-connection exception from the sink. In normal mode the queue lives in memory
 only (up to ``flush_interval_s`` of data); ``stop()`` drains it to the store or to the spool.
@@ -27,44 +36,26 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import attrgetter
 
 from prometheus_client import CollectorRegistry
 
-from collector.points import Point
+from collector.points import samples_in
 from collector.relabel import Relabeler
-from collector.selfmetrics import CollectorMetrics, rejection_reason
+from collector.selfmetrics import CollectorMetrics
 from collector.sinks.base import Sink, SinkUnavailable
-from collector.spool import Spool, SpoolFull
+from collector.spool import Position, Spool, SpoolFull
+from collector.spool_format import Encoded, encode_record
+from collector.wal import GroupCommit
 from tuneloop.backoff import Backoff
 from tuneloop.errors import Unavailable
-from tuneloop.storage.timeseries.columns import Batch, sample_count
-from tuneloop.storage.timeseries.types import Rejection, SeriesBatch
+from tuneloop.storage.timeseries.columns import Batch
 
 log = logging.getLogger(__name__)
 
 STOPPED_RETRY_AFTER_S = 5.0
 """Retry-After given while the process is shutting down (another instance may take over)."""
-
-
-def to_batches(points: Iterable[Point]) -> list[SeriesBatch]:
-    """Group points by (metric, labels) into one batch per series, keeping arrival order."""
-    grouped: dict[tuple[str, tuple[tuple[str, str], ...]], list[Point]] = {}
-    for point in points:
-        key = (point.metric, tuple(sorted(point.labels.items())))
-        grouped.setdefault(key, []).append(point)
-    return [
-        SeriesBatch(
-            members[0].metric,
-            dict(members[0].labels),
-            [point.ts for point in members],
-            [point.value for point in members],
-            members[0].kind,
-        )
-        for members in grouped.values()
-    ]
 
 
 class PipelineFull(Unavailable):
@@ -87,6 +78,8 @@ class PipelineConfig:
     retry_initial_s: float = 0.5
     retry_max_s: float = 30.0
     """Backoff between attempts to reach an unreachable store."""
+    durable: bool = False
+    """Acknowledge a submission only once it is on disk in the spool (see the module doc)."""
 
     def __post_init__(self) -> None:
         if self.batch_max_samples < 1 or self.queue_max_samples < 1:
@@ -110,6 +103,7 @@ class _Item:
     batches: list[Batch]
     samples: int
     at: float  # monotonic time it was queued
+    end: Position | None = None  # where its record ends in the write-ahead log (durable)
 
 
 class Pipeline:
@@ -127,6 +121,7 @@ class Pipeline:
         self._sink = sink
         self.config = config or PipelineConfig()
         self._spool = spool
+        self._log = GroupCommit(spool) if spool is not None and self.config.durable else None
         self._relabeler = relabeler or Relabeler()
         self.metrics = metrics or CollectorMetrics()
         self._cond = threading.Condition()
@@ -160,33 +155,78 @@ class Pipeline:
         """All or nothing: either every batch is accepted (queued in memory or spooled to
         disk, and from then on never lost) or :class:`PipelineFull` is raised and nothing is
         kept. The pipeline owns the batches from here: do not change them afterwards."""
-        received = _samples(batches)
+        received = samples_in(batches)
         self.metrics.received.inc(received)
         kept, dropped = self._relabeler.apply(batches)
         self.metrics.reject("relabel_drop", dropped)
         # Without rules the batches pass as they are: no need to count them again.
-        samples = _samples(kept) if self._relabeler else received
+        samples = samples_in(kept) if self._relabeler else received
         if not samples:
             return
         item = _Item(project_id, kept, samples, time.monotonic())
+        # Encoded outside the lock: the only part of logging that costs per sample.
+        encoded = encode_record(project_id, kept) if self._log is not None else None
         with self._cond:
             if self._state in ("stopping", "stopped"):
                 self._refuse(item, "the pipeline is stopping", STOPPED_RETRY_AFTER_S)
-            if self._spooling and not self._queue and self._spool_item(item):
+            if encoded is not None:
+                ticket = self._log_item(item, encoded)
+            else:
+                if self._spooling and not self._queue and self._spool_item(item):
+                    return
+                self._check_room(item)
+                self._enqueue(item)
                 return
-            if self._queued and self._queued + samples > self.config.queue_max_samples:
-                if self._spooling:
-                    # The store's next try: nothing frees before it.
-                    retry_after = self._next_attempt - item.at
-                    reason = "the store is unreachable and the spool and memory queue are full"
-                else:
-                    # The store is as far behind as the oldest queued item is old: a client
-                    # told to come back sooner would only be refused again.
-                    retry_after = item.at - self._queue[0].at if self._queue else 0.0
-                    reason = "the memory queue is full"
-                retry_after = max(retry_after, self.config.flush_interval_s)
-                self._refuse(item, reason, retry_after)
-            self._enqueue(item)
+        if ticket:
+            self._await_durable(ticket)
+
+    def _check_room(self, item: _Item) -> None:
+        """Refuse ``item`` if the memory queue cannot take it. Lock held."""
+        if not self._queued or self._queued + item.samples <= self.config.queue_max_samples:
+            return
+        if self._spooling:
+            # The store's next try: nothing frees before it.
+            retry_after = self._next_attempt - item.at
+            reason = "the store is unreachable and the spool and memory queue are full"
+        else:
+            # The store is as far behind as the oldest queued item is old: a client
+            # told to come back sooner would only be refused again.
+            retry_after = item.at - self._queue[0].at if self._queue else 0.0
+            reason = "the memory queue is full"
+        retry_after = max(retry_after, self.config.flush_interval_s)
+        self._refuse(item, reason, retry_after)
+
+    def _log_item(self, item: _Item, encoded: Encoded) -> int:
+        """Write ``item`` to the write-ahead log, and queue it in memory unless the store is
+        down (the log alone then holds it); its ticket for the group commit (0: nothing was
+        written, the encoder rejected every batch). Lock held."""
+        assert self._spool is not None and self._log is not None
+        if not self._spooling:
+            self._check_room(item)
+        if encoded.samples:
+            try:
+                item.end = self._spool.write(encoded)
+            except SpoolFull as exc:
+                wait = self._next_attempt - item.at if self._spooling else 0.0
+                wait = max(wait, self.config.flush_interval_s)
+                self._refuse(item, f"the write-ahead log cannot take it: {exc}", wait)
+        if self._spooling:
+            self.metrics.spooled.inc(encoded.samples)
+            self.metrics.count_rejections(encoded.rejected)
+            self._update_gauges()
+        else:
+            self._enqueue(item)  # the store reports the rejections when it is written
+        return self._log.written() if encoded.samples else 0
+
+    def _await_durable(self, ticket: int) -> None:
+        assert self._log is not None
+        try:
+            self._log.wait(ticket)
+        except OSError as exc:
+            # It may still be stored: a client that retries can make a duplicate, not a loss.
+            log.error("cannot fsync the write-ahead log: %s", exc)
+            retry = self.config.flush_interval_s
+            raise PipelineFull(f"cannot make the samples durable: {exc}", retry) from exc
 
     def start(self) -> None:
         """Replay what an earlier run left in the spool, then flush in the background."""
@@ -250,7 +290,7 @@ class Pipeline:
             return False
         self._spool_full = False
         self.metrics.spooled.inc(encoded.samples)
-        self._count_rejections(encoded.rejected)
+        self.metrics.count_rejections(encoded.rejected)
         self._update_gauges()
         return True
 
@@ -314,8 +354,12 @@ class Pipeline:
             return True
         unwritten = self._write_items(items)
         if not unwritten:
+            ends = [item.end for item in items if item.end is not None]
+            if ends and self._spool is not None:
+                self._spool.ack_to(ends[-1])  # the log is truncated as the store catches up
             with self._cond:
                 self._retry.reset()
+                self._update_gauges()
             return True
         with self._cond:
             self._queue.extendleft(reversed(unwritten))
@@ -349,7 +393,7 @@ class Pipeline:
             raise
         except Exception:
             self.metrics.write_duration.observe(time.perf_counter() - started)
-            samples = _samples(batches)
+            samples = samples_in(batches)
             log.exception(
                 "permanent error writing %d samples of project %d; dropping them",
                 samples,
@@ -359,27 +403,7 @@ class Pipeline:
             return
         self.metrics.write_duration.observe(time.perf_counter() - started)
         self.metrics.written.inc(result.samples_written)
-        self._count_rejections(result.rejected)
-
-    def _count_rejections(self, rejections: Sequence[Rejection]) -> None:
-        if not rejections:
-            return
-        by_reason: dict[str, int] = {}
-        for rejection in rejections:
-            reason = rejection_reason(rejection)
-            by_reason[reason] = by_reason.get(reason, 0) + rejection.samples
-        for reason, samples in by_reason.items():
-            self.metrics.reject(reason, samples)
-        # One line per write, not per series: a project over its series cap would flood the log.
-        first = rejections[0]
-        log.warning(
-            "rejected %s in %d series; first: %s %s: %s",
-            ", ".join(f"{samples} samples ({reason})" for reason, samples in by_reason.items()),
-            len(rejections),
-            first.metric,
-            dict(first.labels),
-            first.reason,
-        )
+        self.metrics.count_rejections(result.rejected)
 
     def _store_down(self) -> None:
         """Enter (or stay in) spooling mode: move the memory queue to the spool, in order,
@@ -390,6 +414,10 @@ class Pipeline:
 
     def _spool_memory(self) -> None:
         """Move the memory queue to the spool, oldest first, as far as it fits. Lock held."""
+        if self._log is not None:
+            # Already in the log past its ack: replay finds it there.
+            self._queue.clear()
+            self._queued = 0
         while self._queue and self._spool_item(self._queue[0]):
             self._queued -= self._queue.popleft().samples
         self._update_gauges()
@@ -460,16 +488,3 @@ class Pipeline:
                         self._spool.slot,
                     )
                 self._spool.close()
-
-
-_VALUES = attrgetter("values")
-_TIMESTAMPS = attrgetter("timestamps")
-
-
-def _samples(batches: Sequence[Batch]) -> int:
-    # In C: a receiver hands over a batch per series, often of one sample each.
-    try:
-        return sum(map(max, map(len, map(_VALUES, batches)), map(len, map(_TIMESTAMPS, batches))))
-    except (TypeError, AttributeError):  # a batch without lengths, or a block: one by one
-        pass
-    return sum(map(sample_count, batches))

@@ -13,7 +13,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from collector.pipeline import Pipeline, PipelineFull, to_batches
+from collector.pipeline import Pipeline, PipelineFull
+from collector.points import to_batches
 from collector.sources.base import Source
 from collector.status import SourceStatus, StatusBoard
 from tuneloop.backoff import Backoff

@@ -8,13 +8,17 @@ set, so the label cannot grow with bad input.
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Sequence
 from typing import Final
 from weakref import WeakKeyDictionary
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tuneloop.storage.timeseries.types import Rejection, RejectionCode
+
+_log = logging.getLogger("collector.pipeline")  # where the rejections were always logged
 
 OTHER_REJECTION: Final = "other"
 """The label of a rejection whose code is not a :class:`RejectionCode` (a third-party sink)."""
@@ -126,3 +130,24 @@ class CollectorMetrics:
     def reject(self, reason: str, samples: int) -> None:
         if samples > 0:
             self.rejected.labels(reason=reason).inc(samples)
+
+    def count_rejections(self, rejections: Sequence[Rejection]) -> None:
+        """Count a write's (or the spool's) rejections by reason, and log them once."""
+        if not rejections:
+            return
+        by_reason: dict[str, int] = {}
+        for rejection in rejections:
+            reason = rejection_reason(rejection)
+            by_reason[reason] = by_reason.get(reason, 0) + rejection.samples
+        for reason, samples in by_reason.items():
+            self.reject(reason, samples)
+        # One line per write, not per series: a project over its series cap would flood the log.
+        first = rejections[0]
+        _log.warning(
+            "rejected %s in %d series; first: %s %s: %s",
+            ", ".join(f"{samples} samples ({reason})" for reason, samples in by_reason.items()),
+            len(rejections),
+            first.metric,
+            dict(first.labels),
+            first.reason,
+        )

@@ -30,6 +30,7 @@ def pipeline_config(settings: Settings) -> PipelineConfig:
         queue_max_samples=settings.queue_max_samples,
         retry_max_s=settings.store_retry_max_s,
         retry_initial_s=min(0.5, settings.store_retry_max_s),
+        durable=settings.collector_durable,
     )
 
 

@@ -1,4 +1,6 @@
-"""The on-disk spool: where accepted samples wait while the store is unreachable.
+"""The on-disk spool: where accepted samples wait while the store is unreachable, and, when the
+pipeline is durable, its write-ahead log (:meth:`Spool.write`, :meth:`Spool.sync` and
+:meth:`Spool.ack_to`; group commit in :mod:`collector.wal`).
 
 Layout: ``<root>/slot-N/`` directories, each leased by one process through an exclusive
 ``flock`` on ``slot-N/lock`` (released by the kernel when the process dies, so a crashed
@@ -183,10 +185,51 @@ class Spool:
                 raise SpoolFull(
                     f"the spool is full ({self._pending_bytes()} of {self.max_bytes} bytes)"
                 )
-            self._write(encoded.data)
+            self._write(encoded.data, sync=self._fsync)
         return encoded
 
-    def _write(self, data: bytes) -> None:
+    def write(self, encoded: Encoded) -> Position:
+        """Write an encoded record without waiting for the disk (:meth:`sync` does); return
+        where it ends, for :meth:`ack_to`. Raises :class:`SpoolFull` having written nothing.
+        The write-ahead log's path: many records share one fsync."""
+        with self._lock:
+            if self._closed:
+                raise SpoolFull("the spool is closed")
+            if self._slot is None and not self._claim(with_data=False):
+                raise SpoolFull(f"no free spool slot under {self.root}")
+            if self._pending_bytes() + len(encoded.data) > self.max_bytes:
+                raise SpoolFull(
+                    f"the spool is full ({self._pending_bytes()} of {self.max_bytes} bytes)"
+                )
+            self._write(encoded.data, sync=False)
+            assert self._active is not None
+            return Position(self._active, self._sizes[self._active])
+
+    def sync(self) -> None:
+        """Make every record written so far durable. The fsync runs outside the lock, so that
+        writers go on filling the next group meanwhile; a segment closed since was fsync'ed
+        when it was closed."""
+        with self._lock:
+            if self._active_file is None or not self._fsync:
+                return
+            fd = os.dup(self._active_file.fileno())
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def ack_to(self, end: Position) -> None:
+        """Record that everything up to ``end`` is committed in the store (no-op if the
+        replay cursor is already past it)."""
+        with self._lock:
+            cursor = self._cursor
+            if cursor is None or (end.segment, end.offset) <= (cursor.segment, cursor.offset):
+                return
+            self._cursor = end
+            self._skip_finished()
+            self._save_ack()
+
+    def _write(self, data: bytes, *, sync: bool) -> None:
         try:
             file = self._segment_for(len(data))
         except OSError as exc:
@@ -197,7 +240,7 @@ class Spool:
             view = memoryview(data)
             while view:
                 view = view[file.write(view) :]
-            if self._fsync:
+            if sync:
                 os.fsync(file.fileno())
         except OSError as exc:
             # Disk full or failing: cut the partial record so the segment stays readable.
@@ -216,6 +259,8 @@ class Spool:
             current = self._sizes[self._active]
             if current == len(MAGIC) or current + size <= self.segment_bytes:
                 return self._active_file
+            if self._fsync:  # records written without sync are made durable before closing
+                os.fsync(self._active_file.fileno())
             self._active_file.close()
             self._active_file = None
         assert self._slot is not None

@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tuneloop.storage.timeseries.columns import Batch, expand
+import numpy as np
+
+from tuneloop.storage.timeseries.columns import Batch, SampleColumns
 from tuneloop.storage.timeseries.types import Rejection, RejectionCode, SeriesBatch, SeriesKind
 
 MAGIC = b"TLSPOOL1"
@@ -57,8 +59,14 @@ def encode_record(project_id: int, batches: Sequence[Batch]) -> Encoded:
     arrays: list[bytes] = []
     rejected: list[Rejection] = []
     samples = 0
-    # A block (SampleColumns) is spooled as the batches it means: the spool is the rare path.
-    for batch in expand(batches):
+    for batch in batches:
+        if isinstance(batch, SampleColumns):
+            # Every accepted block passes here when the spool is the write-ahead log: in bulk.
+            entries, block = _encode_block(batch)
+            header.extend(entries)
+            arrays.append(block)
+            samples += len(batch)
+            continue
         encoded = _encode_batch(batch)
         if isinstance(encoded, Rejection):
             rejected.append(encoded)
@@ -76,6 +84,29 @@ def encode_record(project_id: int, batches: Sequence[Batch]) -> Encoded:
     payload = b"".join([_U32.pack(len(meta)), meta, *arrays])
     record = RECORD_HEADER.pack(len(payload), zlib.crc32(payload)) + payload
     return Encoded(record, samples, rejected)
+
+
+def _encode_block(block: SampleColumns) -> tuple[list[list[Any]], bytes]:
+    """The entries and arrays of the batches ``block`` means (see ``SampleColumns.to_batches``:
+    table order, column order within a series), laid out as :func:`_encode_batch` lays out
+    each batch's: its times, then its values. A block was checked when it was made."""
+    counts = block.counts()
+    present = np.flatnonzero(counts)
+    table = block.table
+    entries = [
+        [table.metrics[i], dict(table.labels[i]), str(table.kinds[i]), int(counts[i])]
+        for i in present.tolist()
+    ]
+    order = np.argsort(block.series, kind="stable")
+    series = block.series[order]
+    # Sample j (in series order) of a series whose samples start at s goes to s + j among
+    # the times, and its value ``count`` words after it: each series' times, then its values.
+    starts = np.cumsum(counts) - counts
+    position = starts[series] + np.arange(len(series))
+    words = np.empty(2 * len(series), dtype="<i8")
+    words[position] = block.micros[order]
+    words[position + counts[series]] = block.values[order].view(np.int64)
+    return entries, words.tobytes()
 
 
 def _encode_batch(batch: SeriesBatch) -> tuple[list[Any], bytes, bytes] | Rejection:

@@ -93,9 +93,14 @@ class Settings(BaseSettings):
     queue_max_samples: int = Field(default=500_000, ge=1)
     """Samples the pipeline holds in memory; past it, submissions are refused (HTTP 503)."""
     spool_dir: Path | None = None
-    """Where samples wait on disk while the store is unreachable. Unset: ``data_dir/spool``."""
+    """Where accepted samples wait on disk (the write-ahead log; see ``collector_durable``).
+    Unset: ``data_dir/spool``."""
     spool_max_bytes: int = Field(default=1024**3, ge=1024 * 1024)
     """Disk the spool may use per process."""
+    collector_durable: bool = True
+    """Answer a submission (an OTLP request, a source's poll) only once its samples are fsync'ed
+    to the spool, which then serves as a write-ahead log: a crash loses none of them. ``false``
+    answers from memory (faster; a crash loses up to ``flush_interval_s`` of samples)."""
     store_retry_max_s: float = Field(default=30.0, gt=0)
     """Longest wait between attempts to reach an unreachable store."""
     relabel_config: Path | None = None

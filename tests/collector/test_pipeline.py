@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select, text
 
-from collector.pipeline import Pipeline, PipelineConfig, PipelineFull, to_batches
-from collector.points import Point
+from collector.pipeline import Pipeline, PipelineConfig, PipelineFull
+from collector.points import Point, to_batches
 from collector.relabel import Relabeler, parse_rules
 from collector.selfmetrics import REASONS, rejection_reason
 from collector.sinks.base import SinkUnavailable
