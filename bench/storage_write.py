@@ -5,6 +5,8 @@ Both load the very same (series_id, ts, value) rows into the same partitioned ``
 timed twice: *cold* (a fresh writer and a fresh project, so series creation, the cap count and the
 partition check are included) and *warm* (series ids already cached, the steady state of a
 collector). The ratio is raw_time / writer_time: 1.0 means the writer costs nothing over COPY.
+With ``--replay`` the warm writer is also timed on its replay path (``dedupe=True``: COPY into a
+staging table, then ``INSERT ... ON CONFLICT DO NOTHING``), what a replayed spool group costs.
 
 The raw baseline drains its rows into ``Copy.write_row`` with ``deque(map(...))``, a loop in C,
 so the ratio charges the writer for all of its own Python work (validation, id resolution, row
@@ -68,6 +70,7 @@ class Row:
     raw_s: float
     cold_s: float
     warm_s: float
+    replay_s: float | None = None
 
 
 def log(message: str) -> None:
@@ -154,7 +157,7 @@ def timed(action: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def measure(engine: Engine, samples: int, series: int, repeats: int) -> Row:
+def measure(engine: Engine, samples: int, series: int, repeats: int, replay: bool) -> Row:
     per_series = samples // series
     batches = make_batches(series, per_series)
     # Series ids for the raw rows come from a setup write; so do the warm writer's cache and
@@ -182,10 +185,12 @@ def measure(engine: Engine, samples: int, series: int, repeats: int) -> Row:
         "cold": cold,
         "warm": lambda: lambda: warm.write(warm_project, batches),
     }
+    if replay:
+        contenders["replay"] = lambda: lambda: warm.write(warm_project, batches, dedupe=True)
     times: dict[str, list[float]] = {name: [] for name in contenders}
     order = list(contenders)
     for repeat in range(repeats):
-        for name in order[repeat % 3 :] + order[: repeat % 3]:
+        for name in order[repeat % len(order) :] + order[: repeat % len(order)]:
             action = contenders[name]()
             reset_samples(engine)
             elapsed = timed(action)
@@ -198,6 +203,7 @@ def measure(engine: Engine, samples: int, series: int, repeats: int) -> Row:
         raw_s=statistics.median(times["raw"]),
         cold_s=statistics.median(times["cold"]),
         warm_s=statistics.median(times["warm"]),
+        replay_s=statistics.median(times["replay"]) if replay else None,
     )
 
 
@@ -213,6 +219,14 @@ def table(rows: list[Row]) -> str:
             f"| **{row.raw_s / row.cold_s:.2f}** | {row.warm_s:.3f} "
             f"| **{row.raw_s / row.warm_s:.2f}** | {row.samples / row.warm_s:,.0f} |"
         )
+    replayed = [row for row in rows if row.replay_s is not None]
+    if replayed:
+        lines += ["", "| samples | writer replay (s) | ratio replay |", "|---:|---:|---:|"]
+        for row in replayed:
+            assert row.replay_s is not None
+            lines.append(
+                f"| {row.samples:,} | {row.replay_s:.3f} | **{row.raw_s / row.replay_s:.2f}** |"
+            )
     return "\n".join(lines)
 
 
@@ -244,6 +258,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sizes", type=int, nargs="+", help="sample counts (default 1e5 1e6)")
     parser.add_argument("--series", type=int, default=1_000)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--replay", action="store_true", help="also time the replay path")
     return parser.parse_args(argv)
 
 
@@ -260,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"machine: {machine(engine)}")
             for samples in sizes:
                 log(f"N={samples:,}: {series:,} series x {samples // series:,} timestamps")
-                results.append(measure(engine, samples, series, repeats))
+                results.append(measure(engine, samples, series, repeats, args.replay))
             print(f"\n{machine(engine)}; median of {repeats} interleaved runs\n")
             print(table(results))
         finally:

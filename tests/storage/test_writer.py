@@ -114,7 +114,8 @@ def test_series_are_reused_across_calls_and_by_a_cold_writer(engine: Engine) -> 
     project = make_project(engine)
     first = SampleWriter(engine).write(project, [batch(), batch(gpu="1")])
     again = SampleWriter(engine)
-    second = again.write(project, [batch(start=T0 + timedelta(hours=1)), batch(gpu="1")])
+    later = T0 + timedelta(hours=1)  # new samples: samples already stored are skipped
+    second = again.write(project, [batch(start=later), batch(gpu="1", start=later)])
     third = again.write(project, [batch(start=T0 + timedelta(hours=2))])
     assert [r.series_created for r in (first, second, third)] == [2, 0, 0]
     assert [r.samples_written for r in (first, second, third)] == [6, 6, 3]
@@ -178,8 +179,10 @@ def test_concurrent_writers_do_not_overshoot_the_cap(engine: Engine) -> None:
             barrier.wait()
             for call in range(calls):
                 gpus = [f"{worker}-{call}-{i}" for i in range(per_call)]
-                # Every worker also asks for one shared series, to race on the same row too.
-                wanted = [batch(gpu=gpu, count=1) for gpu in [*gpus, "shared"]]
+                # Every worker also asks for one shared series, to race on the same row too;
+                # at a time of its own, since a sample already stored is skipped.
+                start = T0 + timedelta(minutes=worker * calls + call)
+                wanted = [batch(gpu=gpu, count=1, start=start) for gpu in [*gpus, "shared"]]
                 results.append(writer.write(project, wanted))
         except BaseException as exc:
             errors.append(exc)

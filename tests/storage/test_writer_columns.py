@@ -37,12 +37,16 @@ def table(count: int = 4, metric: str = "gpu_utilization") -> SeriesTable:
     )
 
 
-def block(series_table: SeriesTable, points: int = 12, seed: int = 1) -> SampleColumns:
-    """``points`` samples per series, the series interleaved as a periodic exporter sends."""
+def block(
+    series_table: SeriesTable, points: int = 12, seed: int = 1, first: int = 0
+) -> SampleColumns:
+    """``points`` samples per series, the series interleaved as a periodic exporter sends,
+    from step ``first`` on."""
     rng = np.random.default_rng(seed)
     count = len(series_table)
     series = np.tile(np.arange(count, dtype=np.intp), points)
-    micros = np.repeat(T0_US + STEP_US * np.arange(points, dtype=np.int64), count)
+    steps = np.arange(first, first + points, dtype=np.int64)
+    micros = np.repeat(T0_US + STEP_US * steps, count)
     values = rng.normal(size=count * points) * 1e6
     return SampleColumns(series_table, series, micros, values)
 
@@ -145,7 +149,7 @@ def test_forgetting_a_project_resolves_its_tables_again(engine: Engine) -> None:
     shared = table()
     assert writer.write(project, [block(shared, 1)]).samples_written == 4
     writer.forget(project)
-    assert writer.write(project, [block(shared, 2, seed=5)]).samples_written == 8
+    assert writer.write(project, [block(shared, 2, seed=5, first=1)]).samples_written == 8
     assert sum(map(len, stored_by_series(engine, project).values())) == 12
 
 

@@ -363,14 +363,15 @@ class Series(Base):
 # Raw samples. On PostgreSQL a range-partitioned table (one partition per `partition_days`),
 # so retention is DROP of whole partitions. No foreign key: COPY would pay a trigger per row;
 # the store deletes a series' samples itself. The (series_id, ts) index serves both
-# "range of one series" and "latest per series".
+# "range of one series" and "latest per series"; unique, so that a replayed write stores
+# nothing twice (it includes ts, the partition key, as PostgreSQL requires).
 samples = Table(
     "samples",
     metadata,
     Column("series_id", BigInteger, nullable=False),
     Column("ts", UTCDateTime(), nullable=False),
     Column("value", Float(precision=53), nullable=False),
-    Index("ix_samples_series_ts", "series_id", "ts"),
+    Index("ix_samples_series_ts", "series_id", "ts", unique=True),
     postgresql_partition_by="RANGE (ts)",
 )
 

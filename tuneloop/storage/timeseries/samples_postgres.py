@@ -1,5 +1,11 @@
 """Samples into PostgreSQL: ``COPY``, in psycopg's row mode for batches and in binary made whole
-by numpy for blocks."""
+by numpy for blocks.
+
+``samples`` is unique on ``(series_id, ts)``, so a plain ``COPY`` of a row already stored fails
+as a whole. :func:`merge_samples` is the idempotent path: the same ``COPY`` into a session's
+staging table, then one ``INSERT ... ON CONFLICT DO NOTHING`` into ``samples``: a batch written
+twice (a spool replayed after a crash between the store's commit and the spool's ack) is
+stored once."""
 
 from __future__ import annotations
 
@@ -10,11 +16,24 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 import psycopg
+from psycopg import sql
 from sqlalchemy import Connection
 
 from tuneloop.storage.timeseries.write_validation import SampleArrays, SeriesSamples
 
-_COPY_SQL = "COPY samples (series_id, ts, value) FROM STDIN (FORMAT BINARY)"
+_TABLE = "samples"
+_STAGING = "samples_staging"
+_COPY_SQL = "COPY {} (series_id, ts, value) FROM STDIN (FORMAT BINARY)"
+# Per session, created once per pooled connection; emptied by every commit or rollback, so a
+# merge never sees another write's rows. Temporary: neither WAL nor catalog churn per write.
+_STAGING_SQL = sql.SQL(
+    "CREATE TEMPORARY TABLE IF NOT EXISTS {staging} (LIKE {table} INCLUDING DEFAULTS)"
+    " ON COMMIT DELETE ROWS"
+).format(staging=sql.Identifier(_STAGING), table=sql.Identifier(_TABLE))
+_MERGE_SQL = sql.SQL(
+    "INSERT INTO {table} (series_id, ts, value) SELECT series_id, ts, value FROM {staging}"
+    " ON CONFLICT DO NOTHING"
+).format(table=sql.Identifier(_TABLE), staging=sql.Identifier(_STAGING))
 _COPY_TYPES = ["int8", "timestamptz", "float8"]
 _POSTGRES_EPOCH_US = 946_684_800 * 1_000_000
 """2000-01-01 in Unix microseconds: the origin of PostgreSQL's binary timestamps."""
@@ -40,9 +59,39 @@ def copy_samples(
     work: list[SeriesSamples],
     blocks: list[SampleArrays],
 ) -> None:
-    driver = cast("psycopg.Connection[Any]", connection.connection.driver_connection)
+    """``COPY`` straight into ``samples``: the fast path. Raises
+    ``psycopg.errors.UniqueViolation`` (and writes nothing) if one row is already stored."""
+    _copy(_driver(connection), _TABLE, work, blocks)
+
+
+def merge_samples(
+    connection: Connection,
+    work: list[SeriesSamples],
+    blocks: list[SampleArrays],
+) -> int:
+    """Write the rows not stored yet, skip the others; return how many were inserted."""
+    driver = _driver(connection)
+    with driver.cursor() as cursor:
+        cursor.execute(_STAGING_SQL)
+    _copy(driver, _STAGING, work, blocks)
+    with driver.cursor() as cursor:
+        cursor.execute(_MERGE_SQL)
+        return max(cursor.rowcount, 0)
+
+
+def _driver(connection: Connection) -> psycopg.Connection[Any]:
+    return cast("psycopg.Connection[Any]", connection.connection.driver_connection)
+
+
+def _copy(
+    driver: psycopg.Connection[Any],
+    table: str,
+    work: list[SeriesSamples],
+    blocks: list[SampleArrays],
+) -> None:
+    statement = sql.SQL(_COPY_SQL).format(sql.Identifier(table))
     if work:
-        with driver.cursor() as cursor, cursor.copy(_COPY_SQL) as copy:
+        with driver.cursor() as cursor, cursor.copy(statement) as copy:
             copy.set_types(_COPY_TYPES)
             ids, timestamps, values = zip(*work, strict=True)
             # zip/repeat build the row tuples in C, chain strings the batches together, and
@@ -54,7 +103,7 @@ def copy_samples(
     if blocks:
         # Blocks as COPY's binary format made whole by numpy: no Python object per sample.
         # A COPY of its own, since psycopg's row mode buffers rows that raw data would pass.
-        with driver.cursor() as cursor, cursor.copy(_COPY_SQL) as copy:
+        with driver.cursor() as cursor, cursor.copy(statement) as copy:
             copy.write(_BINARY_SIGNATURE)
             for series_ids, micros, block_values in blocks:
                 copy.write(_binary_rows(series_ids, micros, block_values))

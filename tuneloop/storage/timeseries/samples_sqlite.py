@@ -1,4 +1,6 @@
-"""Samples into SQLite: every row through one prepared statement."""
+"""Samples into SQLite: every row through one prepared statement. ``samples`` is unique on
+``(series_id, ts)``; a row already stored is skipped (``OR IGNORE``), so a batch written twice
+is stored once, at the price of nothing measurable: the index is probed for the insert anyway."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from sqlalchemy import Connection
 
 from tuneloop.storage.timeseries.write_validation import EPOCH, SampleArrays, SeriesSamples
 
-_SQLITE_INSERT = "INSERT INTO samples (series_id, ts, value) VALUES (?, ?, ?)"
+_SQLITE_INSERT = "INSERT OR IGNORE INTO samples (series_id, ts, value) VALUES (?, ?, ?)"
 _MICROSECOND = timedelta(microseconds=1)
 
 
@@ -19,7 +21,8 @@ def insert_samples(
     connection: Connection,
     work: list[SeriesSamples],
     blocks: list[SampleArrays],
-) -> None:
+) -> int:
+    """Insert the rows not stored yet; return how many were inserted."""
     driver = cast(sqlite3.Connection, connection.connection.driver_connection)
     rows = chain(
         chain.from_iterable(
@@ -36,6 +39,7 @@ def insert_samples(
         # One executemany streams every row through one prepared statement, in the
         # transaction the engine opened (committed by the caller's ``begin()``).
         cursor.executemany(_SQLITE_INSERT, rows)
+        return max(cursor.rowcount, 0)  # summed over the rows by executemany
     finally:
         cursor.close()
 

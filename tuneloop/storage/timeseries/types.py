@@ -63,6 +63,9 @@ class Rejection:
 @dataclass(slots=True)
 class WriteResult:
     samples_written: int = 0
+    # Of samples_written, those whose (series, ts) was already stored (a replay of a write
+    # that had committed): skipped, the stored sample kept.
+    samples_duplicate: int = 0
     series_created: int = 0
     rejected: list[Rejection] = field(default_factory=list)
 

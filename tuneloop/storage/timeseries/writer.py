@@ -8,6 +8,13 @@ longer than its step needs:
 2. on PostgreSQL, create the partitions the samples fall in (cached once seen);
 3. write the samples: binary ``COPY`` on PostgreSQL, one ``executemany`` on SQLite.
 
+Writes are idempotent: ``samples`` is unique on ``(series_id, ts)`` and a sample already stored
+is skipped (still counted as written, and in ``WriteResult.samples_duplicate``), so replaying a
+spool after a crash between the store's commit and the spool's ack stores nothing twice. On
+PostgreSQL the fast ``COPY`` stays the normal path; a ``COPY`` that meets a stored row fails
+whole and the write is redone through a staging table with ``ON CONFLICT DO NOTHING``
+(directly so with ``dedupe=True``, for a caller that knows it replays).
+
 Bad input never raises: each bad batch becomes a :class:`Rejection` and the rest is written
 (the checks are :mod:`~tuneloop.storage.timeseries.write_validation`'s).
 
@@ -29,7 +36,7 @@ from sqlalchemy import Connection, Engine
 from tuneloop.settings import Settings
 from tuneloop.storage.timeseries.columns import Batch, SampleColumns, SeriesTable
 from tuneloop.storage.timeseries.partitions import MAX_PARTITIONS_PER_CALL, ensure_partitions
-from tuneloop.storage.timeseries.samples_postgres import copy_samples
+from tuneloop.storage.timeseries.samples_postgres import copy_samples, merge_samples
 from tuneloop.storage.timeseries.samples_sqlite import insert_samples
 from tuneloop.storage.timeseries.series_ids import create_series, lookup_series
 from tuneloop.storage.timeseries.types import WriteResult
@@ -94,10 +101,17 @@ class SampleWriter:
         self._table_ids_size = 0  # series in _table_ids
 
     def write(
-        self, project_id: int, batches: Iterable[Batch], *, max_series: int | None = None
+        self,
+        project_id: int,
+        batches: Iterable[Batch],
+        *,
+        max_series: int | None = None,
+        dedupe: bool = False,
     ) -> WriteResult:
         """Write ``batches`` for ``project_id`` (which must exist); ``max_series`` overrides
-        the writer's series cap for this call (a project's own limit)."""
+        the writer's series cap for this call (a project's own limit). ``dedupe`` says the
+        samples may be stored already (a replay): skip the ``COPY`` that would fail on them.
+        Samples already stored are skipped either way."""
         # The cyclic garbage collector is paused for the call (in the whole process: there is
         # no other way). A write makes a few objects per batch that all die, by reference
         # counting, when it returns; left on, the collector would scan them again and again,
@@ -108,13 +122,13 @@ class SampleWriter:
         enabled = gc.isenabled()
         gc.disable()
         try:
-            return self._write(project_id, batches, max_series)
+            return self._write(project_id, batches, max_series, dedupe)
         finally:
             if enabled:
                 gc.enable()
 
     def _write(
-        self, project_id: int, batches: Iterable[Batch], max_series: int | None
+        self, project_id: int, batches: Iterable[Batch], max_series: int | None, dedupe: bool
     ) -> WriteResult:
         result = WriteResult()
         identities = self._identities
@@ -174,10 +188,12 @@ class SampleWriter:
                 else:
                     blocks.append((series_ids, columns.micros, columns.values))
             if work or blocks:
-                self._write_samples(connection, written, work, blocks)
-                result.samples_written = sum(len(values) for _, _, values in work) + sum(
+                samples = sum(len(values) for _, _, values in work) + sum(
                     len(values) for _, _, values in blocks
                 )
+                inserted = self._write_samples(connection, written, work, blocks, dedupe)
+                result.samples_written = samples
+                result.samples_duplicate = 0 if inserted is None else samples - inserted
         return result
 
     def _check_block(self, columns: SampleColumns) -> Block | None:
@@ -295,24 +311,40 @@ class SampleWriter:
         accepted: list[Accepted],
         work: list[SeriesSamples],
         blocks: list[SampleArrays],
-    ) -> None:
+        dedupe: bool,
+    ) -> int | None:
+        """Rows inserted, or ``None`` for "all of them" (a ``COPY`` that went through)."""
         if not self._postgres:
             with connection.begin():
-                insert_samples(connection, work, blocks)
-            return
+                return insert_samples(connection, work, blocks)
         needed = batch_partitions(accepted, self.partition_days)
         needed |= block_partitions(blocks, self.partition_days)
         self._ensure_partitions(connection, needed)
         try:
-            with connection.begin():
-                copy_samples(connection, work, blocks)
+            return self._store(connection, work, blocks, dedupe)
         except psycopg.errors.CheckViolation:
             # "no partition of relation samples found for row": a partition this writer had
             # cached was dropped (retention). Forget what we knew, create it again, retry once.
             self._partitions.clear()
             self._ensure_partitions(connection, needed)
-            with connection.begin():
-                copy_samples(connection, work, blocks)
+            return self._store(connection, work, blocks, dedupe)
+
+    @staticmethod
+    def _store(
+        connection: Connection,
+        work: list[SeriesSamples],
+        blocks: list[SampleArrays],
+        dedupe: bool,
+    ) -> int | None:
+        if not dedupe:
+            try:
+                with connection.begin():
+                    copy_samples(connection, work, blocks)
+                return None
+            except psycopg.errors.UniqueViolation:
+                pass  # some were stored already (a replay): the COPY wrote nothing; merge
+        with connection.begin():
+            return merge_samples(connection, work, blocks)
 
     def _ensure_partitions(self, connection: Connection, needed: set[int]) -> None:
         needed = needed - self._partitions
