@@ -4,28 +4,23 @@ scraping it (the Debian package's binary, installed by ``.ci/ensure-tools``)."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from fastapi.testclient import TestClient
 
 from collector.pipeline import Pipeline
 from collector.sinks.store import StoreSink
 from dashboards.grafana_sql import GrafanaQuery, Variable
 from tests.api.conftest import Minter, bearer
-from tests.helpers import api_server, free_port
+from tests.helpers import api_server
+from tests.peers import running_prometheus
 from tuneloop.accounts import get_project_by_name
 from tuneloop.runtime import Runtime
 from tuneloop.storage import session_scope
@@ -160,54 +155,6 @@ def test_view_is_project_scoped_and_checks_its_parameters(client: TestClient, mi
 
 
 # --------------------------------------------------------------------------- real Prometheus
-
-
-def prometheus_binary() -> str:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        message = "prometheus not found (.ci/ensure-tools installs it)"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return binary
-
-
-@contextmanager
-def running_prometheus(config: dict[str, Any], workdir: Path) -> Iterator[str]:
-    """A Prometheus server on a loopback port with ``config``; its base URL."""
-    binary = prometheus_binary()
-    port = free_port()
-    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    log = (workdir / "prometheus.log").open("wb")
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={workdir / 'prometheus.yml'}",
-            f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, (workdir / "prometheus.log").read_text()
-            try:
-                with urllib.request.urlopen(url + "/-/ready", timeout=1) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "prometheus did not become ready"
-            time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(15)
-        log.close()
 
 
 def prom_query(url: str, promql: str) -> list[dict[str, Any]]:
