@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import Engine, delete, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -22,9 +21,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from alerts import store
 from alerts.conditions import Active, active_alerts
 from alerts.muting import InhibitIndex, Inhibition, Silence, matcher, mute_reason
+from alerts.outbox import Outbox, Receivers
 from alerts.query import evaluate_samples
-from alerts.routing import Route, group_key, routes_for
-from alerts.state import AlertState, Event, State, advance, event_due
+from alerts.state import AlertState, State, advance, event_due
 from tuneloop.storage import session_scope
 from tuneloop.storage.locks import LockName, advisory_lock
 from tuneloop.storage.models import (
@@ -34,6 +33,7 @@ from tuneloop.storage.models import (
     AlertRule,
     AlertSilence,
     Notification,
+    Project,
 )
 from tuneloop.storage.types import utcnow
 
@@ -206,16 +206,20 @@ def _notify(session: Session, project_id: int, now: datetime) -> int:
             select(AlertInhibition).where(AlertInhibition.project_id == project_id)
         )
     ]
-    routes = [
-        Route.of(r.id, r.name, r.matchers, r.group_by)
-        for r in session.scalars(
+    receivers = Receivers.of(
+        session.scalars(
             select(AlertReceiver).where(
                 AlertReceiver.project_id == project_id, AlertReceiver.enabled.is_(True)
             )
         )
+    )
+    project = session.get(Project, project_id)
+    outbox = Outbox(session, now, project.name if project is not None else str(project_id))
+    receiver_ids = [route.receiver_id for route in receivers.routes] + [
+        route.receiver_id for route, _ in receivers.pushes
     ]
+    latest = outbox.latest(rows, receiver_ids)
     inhibit = InhibitIndex([row.labels for row in rows if row.state == State.FIRING], inhibitions)
-    queued = 0
     for row in rows:
         state = State(row.state)
         muted = None
@@ -224,42 +228,16 @@ def _notify(session: Session, project_id: int, now: datetime) -> int:
         row.muted_by = muted
         event = event_due(state, row.notified, muted=muted is not None)
         if event is not None:
-            for route in routes_for(row.labels, routes):
-                session.add(
-                    Notification(
-                        instance_id=row.id,
-                        receiver_id=route.receiver_id,
-                        receiver=route.receiver,
-                        event=event.value,
-                        status="pending",
-                        attempts=0,
-                        group_key=group_key(route, row.labels),
-                        alert=alert_snapshot(row, event),
-                        created_at=now,
-                    )
-                )
-                queued += 1
+            outbox.announce(row, event, receivers.routes)
             row.notified = event.value
+        elif state is State.FIRING and muted is None:
+            outbox.repeat(row, receivers.routes, latest)
+    outbox.push(rows, receivers.pushes, latest)
     # A pending alert that stopped holding was never announced: nothing to keep.
     inactive = [row.id for row in rows if row.state == State.INACTIVE]
     if inactive:
         session.execute(delete(AlertInstance).where(AlertInstance.id.in_(inactive)))
-    return queued
-
-
-def alert_snapshot(row: AlertInstance, event: Event) -> dict[str, Any]:
-    """The alert as receivers see it, frozen when the event happened."""
-    starts = row.fired_at or row.active_at
-    ends = row.resolved_at if event is Event.RESOLVED else None
-    return {
-        "fingerprint": row.fingerprint,
-        "labels": dict(row.labels),
-        "annotations": dict(row.annotations),
-        "startsAt": starts.isoformat() if starts else None,
-        "endsAt": ends.isoformat() if ends else None,
-        "value": row.value,
-        "status": event.value,
-    }
+    return outbox.queued
 
 
 def prune_history(sessions: sessionmaker[Session], now: datetime, keep: timedelta) -> int:

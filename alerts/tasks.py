@@ -46,6 +46,7 @@ def components(runtime: Runtime) -> tuple[Evaluator, Dispatcher]:
                 runtime.sessions,
                 external_url=url,
                 allowed_networks=runtime.settings.alerts_allowed_target_networks,
+                eval_interval_s=runtime.settings.alerts_eval_interval_s,
             )
             slack = timedelta(seconds=runtime.settings.alerts_eval_interval_s / 2)
             evaluator = Evaluator(
