@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from alerts import store
 from alerts.conditions import Active, active_alerts
+from alerts.evaluation_metrics import EvaluationMetrics
 from alerts.muting import InhibitIndex, Inhibition, Silence, matcher, mute_reason
 from alerts.outbox import Outbox, Receivers
 from alerts.query import evaluate_samples
@@ -61,6 +62,7 @@ class Evaluator:
         clock: Callable[[], datetime] = utcnow,
         on_queued: Callable[[], object] | None = None,
         for_slack: timedelta = timedelta(0),
+        metrics: EvaluationMetrics | None = None,
     ) -> None:
         self.engine = engine
         self.sessions = sessions
@@ -73,6 +75,7 @@ class Evaluator:
         the same problem by stamping each pass with its scheduled time)."""
         self.on_queued = on_queued
         """Called after a commit that queued notifications (the dispatcher's kick)."""
+        self.metrics = metrics if metrics is not None else EvaluationMetrics()
 
     def evaluate(self, now: datetime | None = None) -> PassResult:
         now = now or self.clock()
@@ -90,10 +93,13 @@ class Evaluator:
         return result
 
     def evaluate_project(self, project_id: int, now: datetime, result: PassResult) -> None:
+        started = time.perf_counter()
+        failed: list[str] = []
         with session_scope(self.sessions) as session:
             if not _lock_project(session, project_id):
                 log.info("project %s is being evaluated elsewhere; skipped", project_id)
                 return
+            project = session.get(Project, project_id)
             rules = session.scalars(
                 select(AlertRule).where(
                     AlertRule.project_id == project_id, AlertRule.enabled.is_(True)
@@ -107,12 +113,20 @@ class Evaluator:
                     samples = evaluate_samples(session.connection(), project_id, rule, now)
                 except Exception as exc:  # one broken rule must not stop the others
                     log.warning("alert rule %s failed: %s", row.name, exc)
-                    result.failed_rules.append(row.name)
+                    failed.append(row.name)
                     continue
                 hold_for = max(timedelta(0), timedelta(seconds=rule.for_s) - self.for_slack)
                 alerts = active_alerts(rule, samples)
                 _advance_rule(session, row, alerts, instances, now, hold_for)
             result.queued += _notify(session, project_id, now)
+            name = project.name if project is not None else str(project_id)
+            count = len(rules)
+        result.failed_rules.extend(failed)
+        # After the commit: a pass that died counts as no evaluation.
+        self.metrics.observe(
+            project_id, name, seconds=time.perf_counter() - started,
+            finished_at=time.time(), rules=count, failed=failed,
+        )  # fmt: skip
 
 
 def _lock_project(session: Session, project_id: int) -> bool:

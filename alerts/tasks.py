@@ -32,6 +32,7 @@ def components(runtime: Runtime) -> tuple[Evaluator, Dispatcher]:
     """The evaluator and dispatcher of ``runtime``, rebuilt when the runtime changes (new
     settings, or a forked worker process that opened its own)."""
     from alerts.dispatch import Dispatcher
+    from alerts.evaluation_metrics import EVALUATION
     from alerts.evaluator import Evaluator
 
     global _built
@@ -50,7 +51,11 @@ def components(runtime: Runtime) -> tuple[Evaluator, Dispatcher]:
             )
             slack = timedelta(seconds=runtime.settings.alerts_eval_interval_s / 2)
             evaluator = Evaluator(
-                runtime.engine, runtime.sessions, on_queued=dispatcher.dispatch, for_slack=slack
+                runtime.engine,
+                runtime.sessions,
+                on_queued=dispatcher.dispatch,
+                for_slack=slack,
+                metrics=EVALUATION,
             )
             _built = (runtime, evaluator, dispatcher)
         return _built[1], _built[2]
