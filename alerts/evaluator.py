@@ -229,9 +229,9 @@ def _notify(session: Session, project_id: int, now: datetime) -> int:
     )
     project = session.get(Project, project_id)
     outbox = Outbox(session, now, project.name if project is not None else str(project_id))
-    receiver_ids = [route.receiver_id for route in receivers.routes] + [
-        route.receiver_id for route, _ in receivers.pushes
-    ]
+    # Only repeats and pushes look back at what was sent: no query for the others.
+    receiver_ids = [r.receiver_id for r in receivers.routes if r.repeat_interval > timedelta(0)]
+    receiver_ids += [route.receiver_id for route, _ in receivers.pushes]
     latest = outbox.latest(rows, receiver_ids)
     inhibit = InhibitIndex([row.labels for row in rows if row.state == State.FIRING], inhibitions)
     for row in rows:

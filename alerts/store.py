@@ -259,24 +259,18 @@ def list_alerts(
 
 
 def alerts_series(
-    session: Session,
-    project: Project,
-    matchers: Sequence[Matcher] = (),
-    *,
-    since: datetime | None = None,
+    session: Session, project: Project, matchers: Sequence[Matcher] = (), *, since: datetime
 ) -> list[tuple[dict[str, str], datetime]]:
-    """Prometheus's ``ALERTS`` of the project: the labels of each pending or firing alert with
-    ``alertstate`` added, those ``matchers`` select, and when it was last evaluated (at or
-    after ``since``: an alert no pass has looked at lately is stale, as in Prometheus)."""
+    """Prometheus's ``ALERTS`` of the project: the labels of each pending or firing alert
+    evaluated at or after ``since`` (older is stale) with ``alertstate`` added, those
+    ``matchers`` select, and when it was last evaluated."""
     found = []
-    for instance, _ in list_alerts(session, project):
-        evaluated = instance.last_eval_at
-        if instance.state not in ("pending", "firing") or evaluated is None:
-            continue
-        if since is not None and evaluated < since:
-            continue
-        labels = {**instance.labels, "alertstate": instance.state}
-        if matches(matchers, labels):
+    for row, _ in list_alerts(session, project):
+        labels = {**row.labels, "alertstate": row.state}
+        evaluated = row.last_eval_at
+        fresh = evaluated is not None and evaluated >= since
+        if row.state in ("pending", "firing") and fresh and matches(matchers, labels):
+            assert evaluated is not None
             found.append((labels, evaluated))
     return found
 
