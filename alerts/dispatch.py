@@ -208,7 +208,7 @@ class Dispatcher:
                 except ValueError as exc:
                     self._record(session, rows, receiver, Outcome("failed", error=str(exc)), now)
                     continue
-                lease = now + timedelta(seconds=config.timeout_s * 4) + LEASE_MARGIN
+                lease = now + timedelta(seconds=config.send_timeout_s * 4) + LEASE_MARGIN
                 for row in rows:
                     row.next_attempt_at = lease
                 route = Route.of(receiver.id, receiver.name, receiver.matchers, receiver.group_by)

@@ -38,6 +38,11 @@ class _Config(BaseModel):
     max_attempts: int = Field(default=10, ge=1, le=100)
     """Attempts on 5xx, timeouts and refused connections before the notification fails."""
 
+    @property
+    def send_timeout_s(self) -> float:
+        """The longest one send may take (what a sender's lease must cover)."""
+        return self.timeout_s
+
 
 def _seconds(value: str, *, allow_zero: bool = True) -> int:
     spelled = str(value).strip()
@@ -138,6 +143,10 @@ class AlertmanagerConfig(_Config):
     @field_validator("urls")
     @classmethod
     def _urls(cls, value: list[str]) -> list[str]:
+        for url in value:
+            # Read back as given: a password in the URL would show.
+            if "@" in url.split("://", 1)[-1].split("/", 1)[0]:
+                raise ValueError("put credentials in username and password, not in the URL")
         return [_http_url(url).rstrip("/") for url in value]
 
     @field_validator("resend_interval")
@@ -153,6 +162,10 @@ class AlertmanagerConfig(_Config):
         if self.username is not None and self.bearer_token:
             raise ValueError("give basic auth or bearer_token, not both")
         return self
+
+    @property
+    def send_timeout_s(self) -> float:
+        return self.timeout_s * len(self.urls)  # one request after the other
 
     @property
     def resend_interval_s(self) -> int:
