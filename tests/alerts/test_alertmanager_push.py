@@ -5,6 +5,7 @@ through its API v2; the request itself is checked against a recording server."""
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -18,6 +19,7 @@ from tests.alerts.receivers import Receiver, Reply, serve
 from tests.helpers import free_port, wait_for
 from tests.peers import alertmanager_alerts, running_alertmanager
 from tuneloop.errors import InvalidInput
+from tuneloop.storage.types import utcnow
 
 TEMP = "DCGM_FI_DEV_GPU_TEMP"
 HOT = {
@@ -57,6 +59,10 @@ def alertmanager(tmp_path: Path) -> Iterator[str]:
         yield url
 
 
+def ends(alert: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(alert["endsAt"])
+
+
 def send(dispatcher: Dispatcher) -> None:
     dispatcher.dispatch()
     assert dispatcher.drain()
@@ -68,7 +74,7 @@ def test_a_firing_alert_is_active_in_alertmanager_and_ends_when_it_resolves(
     alerting.rule(**HOT)
     alerting.receiver("am", kind="alertmanager", config={"urls": [alertmanager]})
     dispatcher = Dispatcher(alerting.sessions, external_url=EXTERNAL)
-    alerting.write(TEMP, GPU0, [(0, 95.0), (60, 40.0)])
+    alerting.write(TEMP, GPU0, [(0, 95.0), (30, 95.0), (60, 95.0), (90, 40.0)])
     alerting.evaluate(0)
     send(dispatcher)
 
@@ -86,8 +92,21 @@ def test_a_firing_alert_is_active_in_alertmanager_and_ends_when_it_resolves(
     assert alert["startsAt"].startswith("2026-11-23T12:00:00")
     assert alert["status"]["state"] in ("active", "unprocessed")
     assert alert["receivers"] == [{"name": "blackhole"}]
+    # Active for four resend intervals unless sent again.
+    ahead = ends(alert) - utcnow()
+    assert timedelta(minutes=3) < ahead <= timedelta(minutes=4)
 
+    # Sent again once resend_interval (1m) passed: Alertmanager keeps it active longer.
+    alerting.evaluate(30)
+    send(dispatcher)
+    (again,) = alertmanager_alerts(alertmanager)
+    assert again["endsAt"] == alert["endsAt"], "not before resend_interval"
+    time.sleep(0.01)
     alerting.evaluate(60)
+    send(dispatcher)
+    wait_for(lambda: ends(alertmanager_alerts(alertmanager)[0]) > ends(alert), 10, "endsAt to move")
+
+    alerting.evaluate(90)
     send(dispatcher)
     wait_for(lambda: alertmanager_alerts(alertmanager) == [], 10, "the alert to end")
     assert alerting.outcomes() == [("am", "firing", "sent", 1), ("am", "resolved", "sent", 1)]
