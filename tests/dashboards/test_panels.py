@@ -250,7 +250,7 @@ def test_job_panels(store: Engine) -> None:
 
 
 def test_job_annotations(store: Engine) -> None:
-    trials, configs = BOARDS["job"]["annotations"]["list"][1:]
+    trials, configs = BOARDS["job"]["annotations"]["list"]
     _, rows = run(store, trials["target"]["rawSql"])
     assert [(row[0], row[1]) for row in rows] == [
         (kd.at(2), kd.at(10)),
