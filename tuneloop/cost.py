@@ -176,7 +176,7 @@ def _group_key(usage: GpuUsage, by: GroupBy) -> str | None:
         return usage.team
     if by is GroupBy.GPU:
         labels = usage.labels
-        return f"{labels.get('hostname', '')}/{labels.get('gpu', '')}/{labels.get('UUID', '')}"
+        return f"{labels.get('Hostname', '')}/{labels.get('gpu', '')}/{labels.get('UUID', '')}"
     return "project"
 
 
