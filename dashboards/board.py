@@ -258,7 +258,13 @@ class Board:
             dashboard = dashboard.annotation(item)
         for panel in self.panels:
             dashboard = dashboard.with_panel(panel)
-        return dashboard.build()
+        built = dashboard.build()
+        # The SDK gives every variable the same placeholder id; Grafana keys its variable state
+        # by id where there is one, so each gets its name, as Grafana itself does.
+        declared_list = built.templating.list_val if built.templating else None
+        for declared in declared_list or []:
+            declared.id_val = declared.name
+        return built
 
     def _datasource_variable(self) -> builders.DatasourceVariable:
         # Import fills in the chosen data source; provisioned, Grafana picks one of the type.
