@@ -97,9 +97,9 @@ def render(latest: Iterable[LatestSample]) -> str:
         seen.add((name, labels))
         entry = names.setdefault(name, _Name())
         entry.kinds.add(sample.series.kind)
-        keys = {key for key, _ in labels}
-        entry.all_le &= "le" in keys
-        entry.all_quantile &= "quantile" in keys
+        bounds = dict(labels)
+        entry.all_le &= _is_number(bounds.get("le"))
+        entry.all_quantile &= _is_number(bounds.get("quantile"))
         text = ",".join(f'{key}="{_escape(value)}"' for key, value in labels)
         selector = f"{name}{{{text}}}" if text else name
         millis = to_micros(sample.ts) // 1000
@@ -158,6 +158,15 @@ def help_text(family: str) -> str:
 @cache
 def _dcgm_help() -> dict[str, str]:
     return {f.name: f.help for f in load_counters() if f.help and not f.is_label}
+
+
+def _is_number(text: str | None) -> bool:
+    """A bucket bound or quantile the text format can carry (``+Inf`` included)."""
+    try:
+        float(text or "")
+    except ValueError:
+        return False
+    return True
 
 
 def _escape_help(text: str) -> str:

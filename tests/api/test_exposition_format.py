@@ -75,6 +75,33 @@ def test_histograms_and_summaries_are_families_of_their_type(
     assert check_metrics(text) == (0, set())
 
 
+def test_only_real_buckets_and_quantiles_make_a_family(
+    client: TestClient, runtime: Runtime, mint: Minter
+) -> None:
+    """A ``_bucket`` without numeric ``le`` or a ``quantile`` that is not a number is a series
+    of its own kind, not a histogram or summary Prometheus would refuse to parse."""
+    now = [utcnow() - timedelta(seconds=30)]
+    project = mint.project("vision")
+    batches = [
+        SeriesBatch("queue_bucket", {"queue": "a"}, now, [3.0]),
+        SeriesBatch("queue_bucket_sum", {}, now, [3.0], SeriesKind.COUNTER),
+        SeriesBatch("latency_seconds", {"quantile": "p99"}, now, [0.3]),
+        SeriesBatch("latency_seconds_count", {}, now, [4.0], SeriesKind.COUNTER),
+    ]
+    assert not SampleWriter(runtime.engine).write(project, batches).rejected
+    text = client.get("/api/v1/projects/vision/metrics", headers=bearer(mint.token("vision"))).text
+    types = {line.split()[2]: line.split()[3] for line in text.splitlines() if "# TYPE" in line}
+    assert types == {
+        "queue_bucket": "gauge",
+        "queue_bucket_sum": "counter",
+        "latency_seconds": "gauge",
+        "latency_seconds_count": "counter",
+    }
+    # promtool parses it (1 would be a parse error) and only lints the names it was given.
+    status, problems = check_metrics(text)
+    assert status == 3 and all(p.split()[0] in types for p in problems), problems
+
+
 @pytest.mark.parametrize("capture", CAPTURES, ids=lambda p: p.stem)
 def test_dcgm_captures_come_out_as_clean_as_the_exporter_wrote_them(
     client: TestClient, runtime: Runtime, mint: Minter, capture: Path
