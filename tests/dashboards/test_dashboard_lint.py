@@ -180,6 +180,17 @@ def test_target_rules(name: str) -> None:
                 assert parents[-2].func.name in ("rate", "irate", "increase"), where
 
 
+@pytest.mark.parametrize("name", sorted(set(BOARDS) - set(PROMETHEUS_BOARDS)))
+def test_sql_panels_rate_their_counters(name: str) -> None:
+    """target-counter-agg on the PostgreSQL boards: a counter read from ``tuneloop_series`` is
+    shown as a per-second rate between consecutive buckets (``counter_rate_sql``)."""
+    for panel, target in targets(BOARDS[name]):
+        for metric in re.findall(r"tuneloop_series\([^,]+, '(\w+)'", target["rawSql"]):
+            counter = metric.endswith("_total") or metric in COUNTERS
+            if counter and metric not in CUMULATIVE_TOTALS:
+                assert "lag(total) OVER w" in target["rawSql"], (panel["title"], metric)
+
+
 def test_the_rules_catch_what_they_are_for() -> None:
     """The rules above fail on the mistakes they exist for."""
     board = BOARDS["fleet-prometheus"]
