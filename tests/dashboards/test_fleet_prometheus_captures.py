@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from collector.sources.scrape import parse_exposition
 from dashboards.grafana_sql import GrafanaQuery, Variable
 from tests.peers import prom_api, running_prometheus
 from tuneloop.storage.types import utcnow
@@ -35,14 +34,20 @@ def key(labels: dict[str, str]) -> Series:
     return tuple(labels.get(n, "") for n in ("Hostname", "gpu", "GPU_I_ID", "device"))  # type: ignore[return-value]
 
 
+_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? \S+")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
 def held(pages: list[Path], metric: str) -> list[dict[str, str]]:
-    """The label sets of ``metric`` in the exporter pages, as the collector parses them."""
-    return [
-        dict(point.labels)
-        for page in pages
-        for point in parse_exposition(page.read_text(), utcnow()).points
-        if point.metric == metric
-    ]
+    """The label sets of ``metric`` in the exporter pages, as a scraping Prometheus reads them
+    (names and labels as written: the collector's parser may normalize them)."""
+    found = []
+    for page in pages:
+        for line in page.read_text().splitlines():
+            match = _SAMPLE.match(line)
+            if match is not None and not line.startswith("#") and match.group(1) == metric:
+                found.append(dict(_LABEL.findall(match.group(2) or "")))
+    return found
 
 
 @contextmanager
