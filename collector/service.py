@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
 
@@ -23,7 +22,7 @@ from collector.spool import Spool
 from collector.status import StatusBoard
 from tuneloop.runtime import Runtime
 from tuneloop.settings import Settings
-from tuneloop.storage.prometheus.remote_writer import RemoteWriter
+from tuneloop.storage.prometheus.remote_writer import RemoteWriter, without_credentials
 from tuneloop.storage.timeseries.writer import SampleWriter
 
 
@@ -81,7 +80,7 @@ def forwarding_pipeline(settings: Settings, relabeler: Relabeler) -> Pipeline:
         settings.resolved_remote_write_spool_dir,
         max_bytes=settings.spool_max_bytes,
         # Replayed only to the destination it was meant for (credentials left out).
-        store=urlsplit(url)._replace(netloc=urlsplit(url).hostname or "").geturl(),
+        store=without_credentials(url),
     )
     writer = RemoteWriter(url, headers=headers, timeout_s=settings.remote_write_timeout_s)
     return Pipeline(

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import math
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,6 +20,7 @@ from collector.pipeline import Pipeline
 from tests.api.conftest import Minter
 from tests.helpers import api_server
 from tests.otlp.conftest import make_pipeline
+from tests.peers import flush_victoria_metrics
 from tuneloop.runtime import Runtime
 from tuneloop.settings import Settings
 from tuneloop.storage import session_factory
@@ -89,3 +94,30 @@ def series_kinds(engine: Engine, project_id: int) -> dict[str, str]:
             select(Series.metric, Series.kind).where(Series.project_id == project_id)
         )
         return {metric: kind for metric, kind in rows}
+
+
+def exported(url: str, project_id: int) -> Stored:
+    """Every series VictoriaMetrics holds for the project, less the project label."""
+    flush_victoria_metrics(url)
+    query = urllib.parse.urlencode({"match[]": f'{{tuneloop_project="{project_id}"}}'})
+    with urllib.request.urlopen(f"{url}/api/v1/export?{query}", timeout=30) as response:
+        lines = response.read().decode().splitlines()
+    out: Stored = {}
+    for line in lines:
+        item = json.loads(line)
+        labels = dict(item["metric"])
+        metric = labels.pop("__name__")
+        assert labels.pop("tuneloop_project") == str(project_id)
+        samples = sorted(zip(item["timestamps"], item["values"], strict=True))
+        out[(metric, frozenset(labels.items()))] = [(ts, float(v)) for ts, v in samples]
+    return out
+
+
+def assert_same(vm: Stored, store: Stored) -> None:
+    """Equal series, timestamps and values; values to VictoriaMetrics' precision (it keeps 12
+    significant decimal digits, so 0.53 may read back as 0.5299999999999999)."""
+    assert set(vm) == set(store)
+    for key, points in store.items():
+        assert [ts for ts, _ in vm[key]] == [ts for ts, _ in points], key
+        for (_, got), (_, want) in zip(vm[key], points, strict=True):
+            assert math.isclose(got, want, rel_tol=1e-12), (key, got, want)

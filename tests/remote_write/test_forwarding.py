@@ -4,10 +4,6 @@ spool, through a restart, and arrive once it is up: nothing acknowledged is lost
 
 from __future__ import annotations
 
-import json
-import math
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,8 +16,8 @@ from collector.fanout import FanOut, WritePipeline
 from collector.service import build_pipeline
 from tests.api.conftest import Minter, bearer
 from tests.helpers import api_server, wait_for
-from tests.peers import flush_victoria_metrics, running_victoria_metrics
-from tests.remote_write.conftest import Stored, stored_series
+from tests.peers import running_victoria_metrics
+from tests.remote_write.conftest import Stored, assert_same, exported, stored_series
 from tuneloop import remote_write
 from tuneloop.ports import free_port
 from tuneloop.runtime import Runtime
@@ -55,23 +51,6 @@ def started() -> Iterator[list[WritePipeline]]:
         pipeline.stop(timeout_s=2.0)
 
 
-def exported(url: str, project_id: int) -> Stored:
-    """Every series VictoriaMetrics holds for the project, less the project label."""
-    flush_victoria_metrics(url)
-    query = urllib.parse.urlencode({"match[]": f'{{tuneloop_project="{project_id}"}}'})
-    with urllib.request.urlopen(f"{url}/api/v1/export?{query}", timeout=30) as response:
-        lines = response.read().decode().splitlines()
-    out: Stored = {}
-    for line in lines:
-        item = json.loads(line)
-        labels = dict(item["metric"])
-        metric = labels.pop("__name__")
-        assert labels.pop("tuneloop_project") == str(project_id)
-        samples = sorted(zip(item["timestamps"], item["values"], strict=True))
-        out[(metric, frozenset(labels.items()))] = [(ts, float(v)) for ts, v in samples]
-    return out
-
-
 def batches(start: int, count: int) -> list[SeriesBatch]:
     """A collector's poll: two GPUs' utilization and a counter, ``count`` seconds of each."""
     stamps = [T0 + timedelta(seconds=start + i) for i in range(count)]
@@ -87,16 +66,6 @@ def batches(start: int, count: int) -> list[SeriesBatch]:
             SeriesKind.COUNTER,
         )
     ]
-
-
-def assert_same(vm: Stored, store: Stored) -> None:
-    """Equal series, timestamps and values; values to VictoriaMetrics' precision (it keeps 12
-    significant decimal digits, so 0.53 may read back as 0.5299999999999999)."""
-    assert set(vm) == set(store)
-    for key, samples in store.items():
-        assert [ts for ts, _ in vm[key]] == [ts for ts, _ in samples], key
-        for (_, got), (_, want) in zip(vm[key], samples, strict=True):
-            assert math.isclose(got, want, rel_tol=1e-12), (key, got, want)
 
 
 def total(stored: Stored) -> int:

@@ -173,6 +173,11 @@ def up(host: HostOption = None, port: PortOption = None, source: SourceOption = 
     # OpenTelemetry exporters append the /v1/... paths to OTEL_EXPORTER_OTLP_ENDPOINT=base.
     typer.echo(f"  OTLP       {base}/v1/metrics")
     typer.echo(f"             {base}/v1/traces  (step timings: docs/step-timing.md)")
+    typer.echo(f"  remote     {base}/api/v1/write  (Prometheus remote write: docs/prometheus.md)")
+    if settings.remote_write_url:
+        from tuneloop.storage.prometheus.remote_writer import without_credentials
+
+        typer.echo(f"  forward    {without_credentials(settings.remote_write_url)}")
     typer.echo(f"  sources    {plan.describe()}")
     if secret is not None:
         typer.echo(f"  project    {settings.default_project}")

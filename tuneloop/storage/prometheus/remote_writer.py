@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Final
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import numpy as np
@@ -96,6 +97,14 @@ class RemoteWriter:
         if response.status_code >= 500 or response.status_code in _RETRYABLE_STATUS:
             raise RemoteWriteUnavailable(message, _retry_after(response))
         return message
+
+
+def without_credentials(url: str) -> str:
+    """``url`` less any user and password: what may be logged or shown."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def _retry_after(response: httpx.Response) -> float | None:
