@@ -70,12 +70,9 @@ class RemoteWriter:
         """Send ``batches`` as ``project_id``'s series (label ``project_label``). NaN values
         are left out, as the tuneloop store leaves them out; a 4xx answer is reported as the
         rejection of that request's samples. Raises :class:`RemoteWriteUnavailable`."""
-        result = WriteResult()
-        extra = {self.project_label: str(project_id)}
-        series = [item for batch in batches for item in _series_of(batch, extra, result)]
-        for chunk in _chunks(series, self.max_samples_per_request):
-            samples = sum(len(item.values) for item in chunk)
-            refused = self._send(remote_write.encode(chunk))
+        bodies, result = self.requests(project_id, batches)
+        for body, samples in bodies:
+            refused = self._send(body)
             if refused is None:
                 result.samples_written += samples
             else:
@@ -83,6 +80,20 @@ class RemoteWriter:
                     Rejection("", {}, samples, refused, RejectionCode.REMOTE_REJECTED)
                 )
         return result
+
+    def requests(
+        self, project_id: int, batches: Sequence[Batch]
+    ) -> tuple[list[tuple[bytes, int]], WriteResult]:
+        """The bodies :meth:`write` sends for ``batches``, each with its sample count, and
+        what it leaves out (NaN, invalid batches) as rejections."""
+        result = WriteResult()
+        extra = {self.project_label: str(project_id)}
+        series = [item for batch in batches for item in _series_of(batch, extra, result)]
+        bodies = [
+            (remote_write.encode(chunk), sum(len(item.values) for item in chunk))
+            for chunk in _chunks(series, self.max_samples_per_request)
+        ]
+        return bodies, result
 
     def _send(self, body: bytes) -> str | None:
         """POST one request; ``None`` if kept, else why the TSDB refused it for good."""
