@@ -11,22 +11,21 @@ label name; samples of a series out of order or repeating a timestamp with anoth
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice, repeat
 from typing import Final
 
 import numpy as np
-import numpy.typing as npt
 
 from tuneloop import remote_write
+from tuneloop.remote_write import METRIC_NAME_LABEL
 from tuneloop.storage.timeseries.columns import (
     MAX_MICROS,
     MIN_MICROS,
     Batch,
-    Float64Array,
-    IndexArray,
-    Int64Array,
     SampleColumns,
     SeriesTable,
 )
@@ -45,7 +44,6 @@ MAX_REASONS: Final = 5
 # Prometheus's own (pre-UTF-8) name rules, which every remote-write sender produces.
 _METRIC_NAME: Final = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME: Final = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-BoolArray = npt.NDArray[np.bool_]
 _MS_RANGE: Final = (MIN_MICROS // 1000 + 1, MAX_MICROS // 1000 - 1)
 
 
@@ -165,16 +163,18 @@ class RemoteWriteReceiver:
 
 @dataclass(slots=True)
 class _Columns:
-    """The kept series and samples of one request, gathered into one block."""
+    """The kept series and samples of one request, gathered into one block. Plain lists until
+    the end: a request holds many short series, and numpy pays per array made."""
 
     metrics: list[str] = field(default_factory=list)
     labels: list[dict[str, str]] = field(default_factory=list)
     kinds: list[SeriesKind] = field(default_factory=list)
     index: dict[tuple[str, frozenset[tuple[str, str]]], int] = field(default_factory=dict)
-    last_ms: list[tuple[int, float]] = field(default_factory=list)
-    series: list[IndexArray] = field(default_factory=list)
-    millis: list[Int64Array] = field(default_factory=list)
-    values: list[Float64Array] = field(default_factory=list)
+    last: list[tuple[int, float]] = field(default_factory=list)
+    """Of each series, its last kept sample: where the next must come after."""
+    series: list[int] = field(default_factory=list)
+    millis: list[int] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
 
     def position(self, metric: str, labels: dict[str, str]) -> int:
         key = (metric, frozenset(labels.items()))
@@ -184,36 +184,53 @@ class _Columns:
             self.metrics.append(metric)
             self.labels.append(labels)
             self.kinds.append(kind_of(metric))
-            self.last_ms.append((_MS_RANGE[0] - 1, math.nan))
+            self.last.append((_MS_RANGE[0] - 1, math.nan))
         return found
+
+    def add(self, position: int, millis: Sequence[int], values: Sequence[float]) -> None:
+        self.series.extend(repeat(position, len(millis)))
+        self.millis.extend(millis)
+        self.values.extend(values)
+        self.last[position] = (millis[-1], values[-1])
 
     def block(self) -> SampleColumns | None:
         if not self.millis:
             return None
-        millis = np.concatenate(self.millis)
-        if not len(millis):
-            return None
         table = SeriesTable(tuple(self.metrics), tuple(self.labels), tuple(self.kinds))
         return SampleColumns(
             table,
-            np.concatenate(self.series).astype(np.intp),
-            millis * 1000,
-            np.concatenate(self.values),
+            np.array(self.series, dtype=np.intp),
+            np.array(self.millis, dtype=np.int64) * 1000,
+            np.array(self.values, dtype=np.float64),
         )
 
 
-def _series_problem(item: remote_write.RemoteSeries) -> str | None:
+_VALID_NAMES: set[str] = set()
+"""Label names seen valid lately: most requests repeat the same few."""
+
+
+def _valid_label_name(name: str) -> bool:
+    if name in _VALID_NAMES:
+        return True
+    if not _LABEL_NAME.fullmatch(name):
+        return False
+    if len(_VALID_NAMES) > 10_000:
+        _VALID_NAMES.clear()
+    _VALID_NAMES.add(name)
+    return True
+
+
+def _series_problem(item: remote_write.RemoteSeries, metric: str) -> str | None:
     """Why Prometheus would refuse the whole series, or ``None``."""
     duplicate = remote_write.duplicate_label(item)
     if duplicate is not None:
         return f"duplicate label name {duplicate!r}"
-    metric = item.metric
     if not metric:
         return "missing metric name (__name__)"
-    if not _METRIC_NAME.fullmatch(metric) or len(metric) > MAX_METRIC_LENGTH:
+    if len(metric) > MAX_METRIC_LENGTH or not _METRIC_NAME.fullmatch(metric):
         return f"invalid metric name {metric[:80]!r}"
     for name, value in item.labels:
-        if not _LABEL_NAME.fullmatch(name):
+        if not _valid_label_name(name):
             return f"invalid label name {name[:80]!r}"
         if "\x00" in value:
             return f"label {name!r} has a NUL character"
@@ -226,71 +243,65 @@ def _describe(item: remote_write.RemoteSeries) -> str:
 
 
 def _add_series(item: remote_write.RemoteSeries, columns: _Columns, outcome: WriteOutcome) -> None:
-    count = len(item.values)
-    if not count:
+    millis, values = item.timestamps_ms, item.values
+    if not values:
         return
-    problem = _series_problem(item)
+    metric = item.metric
+    problem = _series_problem(item, metric)
     if problem is not None:
-        outcome.refuse(f"series {_describe(item)}: {problem}", count)
+        outcome.refuse(f"series {_describe(item)}: {problem}", len(values))
         return
     # An empty label value means "no such label" in Prometheus.
-    labels = {name: value for name, value in item.labels if value and name != "__name__"}
-    position = columns.position(item.metric, labels)
-    millis = np.asarray(item.timestamps_ms, dtype=np.int64)
-    values = np.asarray(item.values, dtype=np.float64)
-    keep = _in_order(millis, values, position, columns, item, outcome)
-    nan = np.isnan(values)
-    if nan.any():
-        outcome.samples_nan += int(np.count_nonzero(nan & keep))
-        keep &= ~nan
-    kept = int(np.count_nonzero(keep))
-    if kept:
-        columns.series.append(np.full(kept, position, dtype=np.intp))
-        columns.millis.append(millis[keep])
-        columns.values.append(values[keep])
+    labels = {name: value for name, value in item.labels if value and name != METRIC_NAME_LABEL}
+    position = columns.position(metric, labels)
+    # The usual request: each series' samples in order, after its last, all numbers.
+    if (
+        columns.last[position][0] < millis[0]
+        and _MS_RANGE[0] <= millis[0]
+        and millis[-1] <= _MS_RANGE[1]
+        and all(map(operator.lt, millis, islice(millis, 1, None)))
+        and not any(map(math.isnan, values))
+    ):
+        columns.add(position, millis, values)
+        return
+    _add_samples(item, position, columns, outcome)
 
 
-def _in_order(
-    millis: Int64Array,
-    values: Float64Array,
-    position: int,
-    columns: _Columns,
-    item: remote_write.RemoteSeries,
-    outcome: WriteOutcome,
-) -> BoolArray:
-    """Which samples a TSDB appending them in order takes: each after the last one kept for
-    the series (a repeat of its timestamp and value is dropped without complaint, as
-    Prometheus does), and a time a datetime can hold."""
-    last_ms, last_value = columns.last_ms[position]
-    if millis[0] > last_ms and (len(millis) == 1 or bool(np.all(np.diff(millis) > 0))):
-        keep = np.ones(len(millis), dtype=bool)
-        if millis[0] >= _MS_RANGE[0] and millis[-1] <= _MS_RANGE[1]:
-            columns.last_ms[position] = (int(millis[-1]), float(values[-1]))
-            return keep
-    keep = np.zeros(len(millis), dtype=bool)
+def _add_samples(
+    item: remote_write.RemoteSeries, position: int, columns: _Columns, outcome: WriteOutcome
+) -> None:
+    """Sample by sample, what a TSDB appending them in order takes: each after the last one
+    kept for the series (a repeat of its timestamp and value is dropped without complaint, as
+    Prometheus does), at a time a datetime can hold. NaN is counted, not kept."""
+    last_ms, last_value = columns.last[position]
+    kept_ms: list[int] = []
+    kept_values: list[float] = []
     disordered = repeated = out_of_range = 0
-    for i, (ms, value) in enumerate(zip(millis.tolist(), values.tolist(), strict=True)):
+    for ms, value in zip(item.timestamps_ms, item.values, strict=True):
         if not _MS_RANGE[0] <= ms <= _MS_RANGE[1]:
             out_of_range += 1
         elif ms > last_ms:
-            keep[i] = True
             last_ms, last_value = ms, value
+            if math.isnan(value):
+                outcome.samples_nan += 1
+            else:
+                kept_ms.append(ms)
+                kept_values.append(value)
         elif ms == last_ms and (
-            value == last_value or (value != value and last_value != last_value)
+            value == last_value or (math.isnan(value) and math.isnan(last_value))
         ):
             pass  # the same sample again: nothing to store, nothing wrong
         elif ms == last_ms:
             repeated += 1
         else:
             disordered += 1
-    columns.last_ms[position] = (last_ms, last_value)
+    if kept_ms:
+        columns.add(position, kept_ms, kept_values)
+    columns.last[position] = (last_ms, last_value)
     where = f"series {_describe(item)}"
     if disordered:
         outcome.refuse(f"{where}: {disordered} out-of-order sample(s)", disordered)
     if repeated:
         outcome.refuse(f"{where}: {repeated} duplicate sample(s) for a timestamp", repeated)
     if out_of_range:
-        outcome.refuse(
-            f"{where}: {out_of_range} sample(s) with a timestamp out of range", out_of_range
-        )
-    return keep
+        outcome.refuse(f"{where}: {out_of_range} sample(s) with a time out of range", out_of_range)

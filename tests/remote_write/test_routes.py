@@ -200,3 +200,15 @@ def test_a_full_pipeline_is_503_with_retry_after(
 def test_the_route_is_in_the_openapi_schema(client: TestClient) -> None:
     operation = client.get("/openapi.json").json()["paths"]["/api/v1/write"]["post"]
     assert {"204", "400", "413", "415", "503"} <= set(operation["responses"])
+
+
+def test_a_time_beyond_the_store_is_refused_the_rest_kept(
+    client: TestClient, runtime: Runtime, alpha: tuple[int, dict[str, str]]
+) -> None:
+    project_id, token = alpha
+    beyond = 400_000_000_000_000  # year 14,645
+    body = raw_body(remote_write.series("g", {}, [T0, beyond], [1.0, 2.0]))
+    response = post(client, body, token)
+    assert response.status_code == 400
+    assert "1 sample(s) with a time out of range" in response.text
+    assert wait_stored(runtime, project_id, 1) == {("g", frozenset()): [(T0, 1.0)]}

@@ -154,28 +154,28 @@ def _columns_series(
 ) -> Iterator[RemoteSeries]:
     order = np.argsort(columns.series, kind="stable")
     counts = columns.counts().tolist()
+    sorted_values = columns.values[order]
+    nan = np.isnan(sorted_values)
+    if nan.any():  # rare: looked at series by series only then
+        keep = ~nan
+        counts = np.bincount(columns.series[order][keep], minlength=len(counts)).tolist()
+        for index, dropped in enumerate(np.bincount(columns.series[order][nan]).tolist()):
+            if dropped:
+                _nan(columns.table.metrics[index], dropped, result)
+        order, sorted_values = order[keep], sorted_values[keep]
     millis = (columns.micros[order] // 1000).tolist()
-    values = columns.values[order].tolist()
+    values = sorted_values.tolist()
     table = columns.table
     start = 0
     for index, count in enumerate(counts):
         if not count:
             continue
         stop = start + count
-        metric, own_millis, own_values = (
-            table.metrics[index],
-            millis[start:stop],
-            values[start:stop],
+        labels = {**table.labels[index], **extra}
+        yield remote_write.series(
+            table.metrics[index], labels, millis[start:stop], values[start:stop]
         )
         start = stop
-        kept = [i for i, value in enumerate(own_values) if not math.isnan(value)]
-        if len(kept) < count:
-            _nan(metric, count - len(kept), result)
-            own_millis = [own_millis[i] for i in kept]
-            own_values = [own_values[i] for i in kept]
-        if kept:
-            labels = {**table.labels[index], **extra}
-            yield remote_write.series(metric, labels, own_millis, own_values)
 
 
 def _nan(metric: str, count: int, result: WriteResult) -> None:
