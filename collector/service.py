@@ -66,12 +66,14 @@ def build_pipeline(runtime: Runtime, *, registry: CollectorRegistry | None = Non
     )
     if not settings.remote_write_url:
         return primary
-    return FanOut(primary, [forwarding_pipeline(settings, Relabeler(rules))])
+    return FanOut(primary, [forwarding_pipeline(settings, Relabeler(rules), registry=registry)])
 
 
-def forwarding_pipeline(settings: Settings, relabeler: Relabeler) -> Pipeline:
-    """A pipeline forwarding to ``remote_write_url``, with a spool of its own. Its metrics
-    live on a registry of their own (the store pipeline's names would collide)."""
+def forwarding_pipeline(
+    settings: Settings, relabeler: Relabeler, *, registry: CollectorRegistry | None = None
+) -> Pipeline:
+    """A pipeline forwarding to ``remote_write_url``, with a spool of its own; its metrics on
+    ``registry`` as ``tuneloop_forward_*``."""
     headers = dict(settings.remote_write_headers)
     if settings.remote_write_bearer_token is not None:
         headers["Authorization"] = f"Bearer {settings.remote_write_bearer_token.get_secret_value()}"
@@ -88,6 +90,7 @@ def forwarding_pipeline(settings: Settings, relabeler: Relabeler) -> Pipeline:
         config=pipeline_config(settings),
         spool=spool,
         relabeler=relabeler,
+        metrics=CollectorMetrics.for_forward(registry),
     )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
 from collector.fanout import FanOut, WritePipeline
@@ -79,7 +80,8 @@ def test_what_tuneloop_stores_victoria_metrics_holds_too(
     token = bearer(mint.token("fleet", "agent", "prometheus"))
     with running_victoria_metrics(tmp_path / "vm") as vm:
         runtime = forwarding_runtime(engine, database_url, tmp_path / "data", f"{vm}/api/v1/write")
-        pipeline = build_pipeline(runtime)
+        registry = CollectorRegistry()
+        pipeline = build_pipeline(runtime, registry=registry)
         assert isinstance(pipeline, FanOut)
         pipeline.start()
         started.append(pipeline)
@@ -97,6 +99,9 @@ def test_what_tuneloop_stores_victoria_metrics_holds_too(
         wait_for(lambda: total(stored_series(engine, project_id)) == 92, 15, "stored", every_s=0.1)
         wait_for(lambda: total(exported(vm, project_id)) == 92, 15, "forwarded", every_s=0.2)
         assert_same(exported(vm, project_id), stored_series(engine, project_id))
+    # The forward's own counters, beside the store pipeline's.
+    assert registry.get_sample_value("tuneloop_forward_points_written_total") == 92
+    assert registry.get_sample_value("tuneloop_collector_points_written_total") == 92
 
 
 def test_an_unreachable_tsdb_spools_and_gets_every_sample_once_up(
