@@ -25,6 +25,7 @@ from collector.remote_write.receiver import (
     RemoteWriteReceiver,
     RemoteWriteRefused,
     TooLarge,
+    check_headers,
 )
 
 router = APIRouter(tags=["prometheus"], responses=AUTH_ERRORS)
@@ -58,15 +59,18 @@ async def remote_write(
     request: Request, target: TargetDep, runtime: RuntimeDep, pipeline: PipelineDep
 ) -> Response:
     receiver = RemoteWriteReceiver(max_body_bytes=runtime.settings.remote_write_max_body_bytes)
+    content_type = request.headers.get("content-type")
+    content_encoding = request.headers.get("content-encoding")
     try:
+        check_headers(content_type, content_encoding)  # before reading a body we cannot use
         body = await read_body(
             request, receiver.max_body_bytes, too_large=TooLarge, malformed=Malformed
         )
         outcome = await run_in_threadpool(
             receiver.write,
             body,
-            content_type=request.headers.get("content-type"),
-            content_encoding=request.headers.get("content-encoding"),
+            content_type=content_type,
+            content_encoding=content_encoding,
             submit=lambda batches: pipeline.submit(target.project_id, batches),
         )
     except RemoteWriteRefused as exc:
