@@ -1,6 +1,7 @@
 """Forwarding to a real VictoriaMetrics: what tuneloop stores, VictoriaMetrics holds too (each
 series with ``tuneloop_project``), and while it is down the samples wait in the forward's own
-spool, through a restart, and arrive once it is up: nothing acknowledged is lost."""
+spool, through a restart, and arrive once it is up: nothing acknowledged is lost. When the
+forward's spool is full the sender is refused, and its retry is kept once by each destination."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
 from collector.fanout import FanOut, WritePipeline
+from collector.pipeline import Pipeline, PipelineConfig, PipelineFull
 from collector.service import build_pipeline
+from collector.sinks.remote_write import RemoteWriteSink
+from collector.sinks.store import StoreSink
+from collector.spool import Spool
 from tests.api.conftest import Minter, bearer
 from tests.helpers import api_server, wait_for
 from tests.peers import running_victoria_metrics
@@ -24,7 +29,9 @@ from tuneloop.ports import free_port
 from tuneloop.runtime import Runtime
 from tuneloop.settings import Settings
 from tuneloop.storage import session_factory
+from tuneloop.storage.prometheus.remote_writer import RemoteWriter
 from tuneloop.storage.timeseries.types import SeriesBatch, SeriesKind
+from tuneloop.storage.timeseries.writer import SampleWriter
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 T0_MS = int(T0.timestamp() * 1000)
@@ -131,3 +138,47 @@ def test_an_unreachable_tsdb_spools_and_gets_every_sample_once_up(
     with running_victoria_metrics(tmp_path / "vm", port=port) as vm:
         wait_for(lambda: total(exported(vm, project_id)) >= 210, 30, "forwarded", every_s=0.3)
         assert_same(exported(vm, project_id), stored_series(engine, project_id))
+
+
+def test_a_full_forward_refuses_the_sender_whose_retry_each_destination_keeps_once(
+    engine: Engine, tmp_path: Path, mint: Minter, started: list[WritePipeline]
+) -> None:
+    project_id = mint.project("fleet")
+    port = free_port()  # the TSDB is down...
+    primary = Pipeline(
+        StoreSink(SampleWriter(engine)), config=PipelineConfig(flush_interval_s=0.05)
+    )
+    forward = Pipeline(
+        RemoteWriteSink(RemoteWriter(f"http://127.0.0.1:{port}/api/v1/write")),
+        config=PipelineConfig(flush_interval_s=0.05, durable=True, retry_max_s=0.5),
+        spool=Spool(tmp_path / "forward", max_bytes=8 * 1024),  # ...and its log fills fast
+    )
+    fanout = FanOut(primary, [forward])
+    fanout.start()
+    started.append(fanout)
+    accepted: list[int] = []
+    refused = None
+    for second in range(0, 3000, 10):
+        try:
+            fanout.submit(project_id, batches(second, 10))
+        except PipelineFull:
+            refused = second
+            break
+        accepted.append(second)
+    assert refused is not None, "the forward's log never filled"
+    with running_victoria_metrics(tmp_path / "vm", port=port) as vm:
+        # The sender retries what was refused until it is taken, as told by Retry-After.
+        wait_for(lambda: _taken(fanout, project_id, refused), 30, "the retry taken", every_s=0.2)
+        due = 30 * (len(accepted) + 1)
+        wait_for(lambda: total(exported(vm, project_id)) >= due, 30, "forwarded", every_s=0.3)
+        store = stored_series(engine, project_id)
+        assert total(store) == due  # the store took the refused submission once, not twice
+        assert_same(exported(vm, project_id), store)
+
+
+def _taken(fanout: FanOut, project_id: int, second: int) -> bool:
+    try:
+        fanout.submit(project_id, batches(second, 10))
+    except PipelineFull:
+        return False
+    return True
