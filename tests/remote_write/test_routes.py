@@ -4,8 +4,10 @@ what is kept of a request that is refused in part, authentication, and what ends
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 import cramjam
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from httpx import Response
@@ -212,3 +214,18 @@ def test_a_time_beyond_the_store_is_refused_the_rest_kept(
     assert response.status_code == 400
     assert "1 sample(s) with a time out of range" in response.text
     assert wait_stored(runtime, project_id, 1) == {("g", frozenset()): [(T0, 1.0)]}
+
+
+def test_a_streamed_body_is_cut_off_at_the_limit(
+    server: str, alpha: tuple[int, dict[str, str]]
+) -> None:
+    """Without Content-Length (chunked), the limit applies while reading."""
+    _, token = alpha
+
+    def chunks() -> Iterator[bytes]:
+        for _ in range(2 * MAX_BODY // 1024):
+            yield b"x" * 1024
+
+    headers = {**remote_write.HEADERS, **token}
+    response = httpx.post(f"{server}/api/v1/write", content=chunks(), headers=headers)
+    assert response.status_code == 413
