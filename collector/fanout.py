@@ -10,6 +10,7 @@ destination gets each acknowledged sample at least once, none is lost.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import TypeAlias
 
@@ -51,10 +52,17 @@ class FanOut:
             forward.start()
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Drain every pipeline (each to its destination or its spool)."""
+        """Drain every pipeline (each to its destination or its spool), side by side: a
+        destination that is down holds the stop for ``timeout_s`` once, not once each."""
+        threads = [
+            threading.Thread(target=forward.stop, args=(timeout_s,), name="tuneloop-forward-stop")
+            for forward in self.forwards
+        ]
+        for thread in threads:
+            thread.start()
         self.primary.stop(timeout_s)
-        for forward in self.forwards:
-            forward.stop(timeout_s)
+        for thread in threads:
+            thread.join()
 
 
 WritePipeline: TypeAlias = Pipeline | FanOut
