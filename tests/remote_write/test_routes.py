@@ -17,7 +17,7 @@ from collector.pipeline import Pipeline
 from tests.api.conftest import Minter, bearer
 from tests.helpers import wait_for
 from tests.otlp.conftest import make_pipeline
-from tests.remote_write.conftest import MAX_BODY, series_kinds, stored_series
+from tests.remote_write.conftest import MAX_BODY, Stored, series_kinds, stored_series
 from tuneloop import remote_write
 from tuneloop.remote_write import RemoteSeries
 from tuneloop.runtime import Runtime
@@ -46,7 +46,7 @@ def received(pipeline: Pipeline) -> float:
     return pipeline.registry.get_sample_value("tuneloop_collector_points_received_total") or 0.0
 
 
-def wait_stored(runtime: Runtime, project_id: int, samples: int) -> dict:  # type: ignore[type-arg]
+def wait_stored(runtime: Runtime, project_id: int, samples: int) -> Stored:
     def enough() -> bool:
         found = stored_series(runtime.engine, project_id)
         return sum(len(v) for v in found.values()) >= samples
