@@ -13,7 +13,7 @@ def fleet() -> Board:
         "AND s.metric = 'DCGM_FI_DEV_GPU_UTIL'{extra} ORDER BY 1"
     )
     host_series = (
-        "SELECT DISTINCT labels->>'hostname' FROM series AS s JOIN projects AS p "
+        "SELECT DISTINCT labels->>'Hostname' FROM series AS s JOIN projects AS p "
         "ON p.id = s.project_id WHERE p.name = ${project:sqlstring} "
         "AND (s.metric = 'DCGM_FI_DEV_GPU_UTIL' OR s.metric LIKE 'node%') ORDER BY 1"
     )
@@ -29,7 +29,7 @@ def fleet() -> Board:
                 "gpu",
                 "GPU",
                 gpu_series.format(
-                    label="gpu", extra=" AND labels->>'hostname' IN (${host:sqlstring})"
+                    label="gpu", extra=" AND labels->>'Hostname' IN (${host:sqlstring})"
                 ),
                 multi=True,
                 refresh=2,
@@ -92,8 +92,8 @@ def fleet() -> Board:
         ),
         **timeseries("none"),
     )
-    host_filter = "labels->>'hostname' IN (${host:sqlstring})"
-    device = "(labels->>'hostname') || ' ' || (labels->>'device')"
+    host_filter = "labels->>'Hostname' IN (${host:sqlstring})"
+    device = "(labels->>'Hostname') || ' ' || (labels->>'device')"
     board.add(
         "timeseries",
         "Network I/O per host and interface",
