@@ -89,12 +89,15 @@ def running_prometheus(
 
 
 @contextmanager
-def running_victoria_metrics(workdir: Path, *, extra_flags: Sequence[str] = ()) -> Iterator[str]:
-    """A single-node VictoriaMetrics on a loopback port; its base URL (remote write at
-    ``/api/v1/write``, the Prometheus query API at ``/api/v1/...``). Samples are searchable
-    at once (no latency offset) so tests can read back what they wrote."""
+def running_victoria_metrics(
+    workdir: Path, *, extra_flags: Sequence[str] = (), port: int | None = None
+) -> Iterator[str]:
+    """A single-node VictoriaMetrics on a loopback port (``port``, else a free one); its base
+    URL (remote write at ``/api/v1/write``, the Prometheus query API at ``/api/v1/...``).
+    Samples are searchable at once (no latency offset) so tests can read back what they
+    wrote."""
     workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = port if port is not None else free_port()
     command = [
         binary("victoria-metrics"),
         f"-storageDataPath={workdir / 'vmdata'}",
