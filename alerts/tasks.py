@@ -33,6 +33,7 @@ def components(runtime: Runtime) -> tuple[Evaluator, Dispatcher]:
     settings, or a forked worker process that opened its own)."""
     from alerts.dispatch import Dispatcher
     from alerts.evaluator import Evaluator
+    from tuneloop.storage.timeseries.backends import open_remote_backend
 
     global _built
     with _lock:
@@ -49,7 +50,11 @@ def components(runtime: Runtime) -> tuple[Evaluator, Dispatcher]:
             )
             slack = timedelta(seconds=runtime.settings.alerts_eval_interval_s / 2)
             evaluator = Evaluator(
-                runtime.engine, runtime.sessions, on_queued=dispatcher.dispatch, for_slack=slack
+                runtime.engine,
+                runtime.sessions,
+                on_queued=dispatcher.dispatch,
+                for_slack=slack,
+                series=open_remote_backend(runtime.settings),
             )
             _built = (runtime, evaluator, dispatcher)
         return _built[1], _built[2]
