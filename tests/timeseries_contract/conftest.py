@@ -36,7 +36,7 @@ T0 = _now.replace(second=0, microsecond=0, minute=_now.minute // 10 * 10) - time
 """Start of every test's data: recent enough for Prometheus' head block, aligned to 10 min."""
 
 EXACT = 1e-9
-COUNTER_TOLERANCE = 0.2
+COUNTER_TOLERANCE = 0.05
 """Relative tolerance of rate, increase and histogram_quantile on a Prometheus-compatible TSDB:
 PromQL extrapolates to the window's edges where the store pairs each window's first sample with
 the one before it (tuneloop.storage.timeseries.backend). Everything else is exact."""

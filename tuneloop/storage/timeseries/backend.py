@@ -27,7 +27,7 @@ Counter windows (``rate``, ``increase``, ``histogram_quantile``)
     extrapolates; PromQL extrapolates to the window's edges (Prometheus) or pairs with the
     sample before the window (VictoriaMetrics). For samples at a regular interval that divides
     the window the two agree; in general a Prometheus-compatible TSDB's values are
-    approximations (the contract tests allow 20 % and compare windows with samples throughout).
+    approximations (the contract tests allow 5 % on windows with samples throughout).
 
 Latest
     The newest sample of each series at or after ``since`` (its own timestamp and value). With
