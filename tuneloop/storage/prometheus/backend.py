@@ -322,7 +322,8 @@ class PrometheusBackend:
             return []
         lookback_ms = now_ms - since_ms + 1  # the window includes the sample at ``since``
         out: list[LatestSample] = []
-        for name in self._metrics(project_id, metric, matchers, None, None, None):
+        read_from = queries.from_seconds(since_ms / 1000)
+        for name in self._metrics(project_id, metric, matchers, read_from, None, None):
             sel = self._selector(project_id, name, matchers)
             values = self._vector(f"last_over_time({sel}[{queries.duration(lookback_ms)}])", now_ms)
             times = self._vector(queries.latest_time(sel, lookback_ms), now_ms)
