@@ -33,7 +33,6 @@ def components(runtime: Runtime) -> tuple[Evaluator, Dispatcher]:
     settings, or a forked worker process that opened its own)."""
     from alerts.dispatch import Dispatcher
     from alerts.evaluator import Evaluator
-    from tuneloop.storage.timeseries.backends import open_remote_backend
 
     global _built
     with _lock:
@@ -54,7 +53,7 @@ def components(runtime: Runtime) -> tuple[Evaluator, Dispatcher]:
                 runtime.sessions,
                 on_queued=dispatcher.dispatch,
                 for_slack=slack,
-                series=open_remote_backend(runtime.settings),
+                series=runtime.remote_series,
             )
             _built = (runtime, evaluator, dispatcher)
         return _built[1], _built[2]
