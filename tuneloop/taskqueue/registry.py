@@ -86,7 +86,7 @@ def _autoscale() -> None:
     from actuators.autoscaler.tasks import run_autoscale
 
     runtime = task_runtime()
-    run_autoscale(runtime.sessions, runtime.settings)
+    run_autoscale(runtime.sessions, runtime.settings, runtime.remote_series)
 
 
 def _evaluate_alerts() -> None:
