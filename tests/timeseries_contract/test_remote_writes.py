@@ -1,0 +1,63 @@
+"""What only a Prometheus-compatible TSDB does on write: the project label is reserved, times
+are kept to the millisecond, and a request the TSDB refuses is an error with its message."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+
+from tests.peers import flush_victoria_metrics
+from tests.timeseries_contract.conftest import T0
+from tuneloop.storage.prometheus.backend import PrometheusBackend
+from tuneloop.storage.prometheus.client import TsdbRefused
+from tuneloop.storage.timeseries.types import RejectionCode, SeriesBatch
+
+TSDBS = ["victoriametrics", "prometheus"]
+
+
+def backend_for(tsdb: str, request: pytest.FixtureRequest) -> tuple[PrometheusBackend, str]:
+    url: str = request.getfixturevalue(
+        "victoria_metrics_url" if tsdb == "victoriametrics" else "prometheus_url"
+    )
+    return PrometheusBackend(url), url
+
+
+@pytest.mark.parametrize("tsdb", TSDBS)
+def test_the_project_label_is_reserved_and_times_are_milliseconds(
+    tsdb: str, request: pytest.FixtureRequest
+) -> None:
+    backend, url = backend_for(tsdb, request)
+    project = random.randrange(100_000_000, 999_999_999)  # the TSDB is shared
+    try:
+        result = backend.write(
+            project,
+            [
+                SeriesBatch("tl_m", {"tuneloop_project": "1"}, [T0], [1.0]),
+                SeriesBatch("tl_m", {"ok": "1"}, [T0 + timedelta(microseconds=1_500)], [2.0]),
+            ],
+        )
+        assert [r.code for r in result.rejected] == [RejectionCode.INVALID_LABELS]
+        assert "reserved" in result.rejected[0].reason
+        assert result.samples_written == 1
+        if tsdb == "victoriametrics":
+            flush_victoria_metrics(url)
+        (newest,) = backend.latest(project, "tl_m", since=T0)
+        assert newest.ts == T0 + timedelta(milliseconds=1)
+        assert dict(newest.series.labels) == {"ok": "1"}
+    finally:
+        backend.close()
+
+
+def test_prometheus_refusing_old_samples_is_an_error_with_its_reason(
+    request: pytest.FixtureRequest,
+) -> None:
+    backend, _ = backend_for("prometheus", request)
+    try:
+        # Far older than Prometheus' head block takes: out of bounds.
+        old = T0 - timedelta(days=30)
+        with pytest.raises(TsdbRefused, match="out of bounds"):
+            backend.write(1, [SeriesBatch("tl_old", {}, [old], [1.0])])
+    finally:
+        backend.close()
