@@ -79,7 +79,8 @@ def _step_study(study_id: int) -> None:
 def _reconcile_jobs() -> None:
     from actuators.tasks import run_reconcile
 
-    run_reconcile(task_runtime().sessions)
+    runtime = task_runtime()
+    run_reconcile(runtime.sessions, runtime.remote_series)
 
 
 def _autoscale() -> None:

@@ -69,10 +69,14 @@ class PrometheusBackend:
 
     def _post_write(self, project_id: int, batches: Iterable[Batch]) -> WriteResult:
         """Remote write over the store's own batch checks (same rejections, NaN dropped).
-        To be replaced by ``tuneloop.storage.prometheus.remote_writer.RemoteWriter``."""
+        To be replaced by ``tuneloop.storage.prometheus.remote_writer.RemoteWriter``.
+
+        Batches of one series are merged and sent in time order, once per millisecond (the
+        first sample wins, as the store keeps the first): Prometheus drops out-of-order
+        samples without saying so."""
         result = WriteResult()
         identities: dict[tuple[object, ...], Identity] = {}
-        outgoing: list[RemoteSeries] = []
+        by_series: dict[str, tuple[str, Mapping[str, str], dict[int, float]]] = {}
         for batch in expand(list(batches)):
             if isinstance(batch.labels, Mapping) and self.project_label in batch.labels:
                 result.rejected.append(self._reserved(batch.metric, batch.labels, batch.values))
@@ -80,16 +84,17 @@ class PrometheusBackend:
             accepted = validate_batch(batch, result, identities)
             if accepted is None:
                 continue
-            # Remote write wants each series' samples in time order, in milliseconds.
-            pairs = sorted(
-                zip(map(queries.to_millis, accepted.timestamps), accepted.values, strict=True),
-                key=lambda pair: pair[0],
+            _, _, samples = by_series.setdefault(
+                accepted.fingerprint, (accepted.metric, accepted.labels, {})
             )
-            labels = {**accepted.labels, self.project_label: str(project_id)}
-            outgoing.append(
-                series(accepted.metric, labels, [t for t, _ in pairs], [v for _, v in pairs])
-            )
-            result.samples_written += len(pairs)
+            for ts, value in zip(accepted.timestamps, accepted.values, strict=True):
+                samples.setdefault(queries.to_millis(ts), value)
+            result.samples_written += len(accepted.values)
+        outgoing = []
+        for metric, labels, samples in by_series.values():
+            times = sorted(samples)
+            own = {**labels, self.project_label: str(project_id)}
+            outgoing.append(series(metric, own, times, [samples[t] for t in times]))
         for chunk in _chunks(outgoing, MAX_SAMPLES_PER_REQUEST):
             self.client.post("api/v1/write", encode(chunk), HEADERS)
         return result
