@@ -12,7 +12,7 @@ from tests.peers import flush_victoria_metrics
 from tests.timeseries_contract.conftest import T0
 from tuneloop.storage.prometheus.backend import PrometheusBackend
 from tuneloop.storage.prometheus.client import TsdbRefused
-from tuneloop.storage.timeseries.types import RejectionCode, SeriesBatch
+from tuneloop.storage.timeseries.types import Aggregation, RejectionCode, SeriesBatch
 
 TSDBS = ["victoriametrics", "prometheus"]
 
@@ -59,5 +59,35 @@ def test_prometheus_refusing_old_samples_is_an_error_with_its_reason(
         old = T0 - timedelta(days=30)
         with pytest.raises(TsdbRefused, match="out of bounds"):
             backend.write(1, [SeriesBatch("tl_old", {}, [old], [1.0])])
+    finally:
+        backend.close()
+
+
+def test_prometheus_refusing_out_of_order_samples_is_an_error(
+    request: pytest.FixtureRequest,
+) -> None:
+    backend, _ = backend_for("prometheus", request)
+    project = random.randrange(100_000_000, 999_999_999)
+    try:
+        backend.write(project, [SeriesBatch("tl_late", {}, [T0 + timedelta(seconds=10)], [1.0])])
+        with pytest.raises(TsdbRefused, match="out of order"):
+            backend.write(project, [SeriesBatch("tl_late", {}, [T0], [2.0])])
+        # Within one write, a series' batches are merged into time order: nothing is lost.
+        backend.write(
+            project,
+            [
+                SeriesBatch("tl_merged", {}, [T0 + timedelta(seconds=2)], [2.0]),
+                SeriesBatch("tl_merged", {}, [T0 + timedelta(seconds=1)], [1.0]),
+            ],
+        )
+        (answer,) = backend.query_range(
+            project,
+            "tl_merged",
+            start=T0,
+            end=T0 + timedelta(minutes=1),
+            step_s=60,
+            aggregation=Aggregation.COUNT,
+        )
+        assert answer.points == [(T0, 2.0)]
     finally:
         backend.close()
