@@ -20,14 +20,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from api.deps import API_PREFIX, AUTH_ERRORS, ProjectDep, SessionDep
+from api.deps import API_PREFIX, AUTH_ERRORS, ProjectDep, RuntimeDep, SessionDep
 from api.query_params import duration_param
 from api.read_limits import ClientWatchDep, bounded_read
 from api.routes.series import SelectorDep
 from api.schemas.common import ErrorOut
 from api.services import exposition
 from api.services.series import invalid_input
-from tuneloop.storage.timeseries import query
 from tuneloop.storage.types import utcnow
 
 router = APIRouter(
@@ -52,6 +51,7 @@ MAX_AGE_LIMIT = timedelta(days=1)
     summary="The project's latest values for a Prometheus to scrape",
 )
 def project_metrics(
+    runtime: RuntimeDep,
     project: ProjectDep,
     session: SessionDep,
     client: ClientWatchDep,
@@ -64,8 +64,7 @@ def project_metrics(
     if age > MAX_AGE_LIMIT:
         age = MAX_AGE_LIMIT
     with bounded_read(session, client) as connection, invalid_input():
-        latest = query.latest(
-            connection,
+        latest = runtime.series(connection).latest(
             project.id,
             selector.metric,
             selector.matchers,
