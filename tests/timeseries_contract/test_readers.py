@@ -1,6 +1,7 @@
 """Readers that go through the contract, on each backend the contract suite runs on: the
 autoscaler's signals (the fleet's worst P99, its summed queue) and the job actuator's
-measurement of a released config (per-second means of rank 0's objective)."""
+measurement of a released config (per-second means of rank 0's objective) and the tuner's
+readings of a trial's window."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from actuators.autoscaler.signals import fleet_metrics
 from actuators.job import measure
 from tests.timeseries_contract.conftest import T0, Subject
 from tuneloop.storage.timeseries.types import SeriesBatch
+from tuner import readings
+from tuner.readings import FB_FREE_METRIC, FB_USED_METRIC, THROUGHPUT_METRIC
 
 
 def test_fleet_signals(subject: Subject) -> None:
@@ -64,3 +67,32 @@ def test_job_measurement(subject: Subject) -> None:
     assert stats is not None
     assert stats.n == 60
     assert stats.mean == pytest.approx(105.25)
+
+
+def test_tuner_readings(subject: Subject) -> None:
+    times = [T0 + timedelta(seconds=s) for s in range(60)]
+    job = {"job": "train"}
+    subject.write(
+        [
+            SeriesBatch(THROUGHPUT_METRIC, {**job, "rank": "0"}, times, [100.0] * 60),
+            SeriesBatch(THROUGHPUT_METRIC, {**job, "rank": "1"}, times, [110.0] * 60),
+            SeriesBatch(
+                FB_USED_METRIC, {**job, "gpu": "0"}, times, [1000.0 + i for i in range(60)]
+            ),
+            SeriesBatch(
+                FB_FREE_METRIC, {**job, "gpu": "0"}, times, [9000.0 - i for i in range(60)]
+            ),
+        ]
+    )
+    backend, project = subject.backend, subject.project
+    assert readings.has_series(backend, project, "train", THROUGHPUT_METRIC)
+    assert not readings.has_series(backend, project, "other", THROUGHPUT_METRIC)
+    assert readings.rank_count(backend, project, "train") == 2
+    end = T0 + timedelta(seconds=60)
+    samples = readings.window_samples(
+        backend, project, "train", THROUGHPUT_METRIC, start=T0, end=end, per_job=True
+    )
+    assert len(samples) == 60 and {s.value for s in samples} == {210.0}
+    memory = readings.gpu_memory(backend, project, "train", start=T0, end=end)
+    assert memory is not None
+    assert (memory.peak_mib, memory.capacity_mib) == (1059.0, 10000.0)

@@ -73,7 +73,8 @@ def _running_studies() -> Sequence[int]:
 def _step_study(study_id: int) -> None:
     from tuner.tasks import step_study
 
-    step_study(task_runtime().sessions, study_id)
+    runtime = task_runtime()
+    step_study(runtime.sessions, study_id, runtime.remote_series)
 
 
 def _reconcile_jobs() -> None:
