@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from alerts import store
 from alerts.evaluator import Evaluator
-from alerts.rules import parse_rule
+from alerts.rules import RuleError, parse_rule
 from tests.peers import flush_victoria_metrics
 from tests.timeseries_contract.conftest import T0
 from tuneloop import accounts
@@ -23,11 +23,11 @@ from tuneloop.storage.timeseries.types import SeriesBatch, SeriesKind
 
 RULES = [
     {"name": "GpuHot", "kind": "threshold", "op": ">", "threshold": 85,
-     "query": {"metric": "DCGM_FI_DEV_GPU_TEMP", "window": "1m"}},
+     "query": {"metric": "tl_gpu_temp", "window": "1m"}},
     {"name": "EccErrors", "kind": "rate", "op": ">", "threshold": 0,
-     "query": {"metric": "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "window": "1m", "by": ["hostname"]}},
+     "query": {"metric": "tl_ecc_errors_total", "window": "1m", "by": ["hostname"]}},
     {"name": "CollectorSilent", "kind": "absent",
-     "query": {"metric": "DCGM_FI_DEV_GPU_UTIL", "window": "1m", "by": ["hostname"]}},
+     "query": {"metric": "tl_gpu_util", "window": "1m", "by": ["hostname"]}},
 ]  # fmt: skip
 
 
@@ -42,10 +42,7 @@ def test_rules_fire_on_series_in_a_tsdb(
     metadata.create_all(engine)
     sessions = session_factory(engine)
     with session_scope(sessions) as session:
-        project = accounts.create_project(session, "alpha")
-        for rule in RULES:
-            store.create_rule(session, project, parse_rule(rule))
-        project_id = project.id
+        project_id = accounts.create_project(session, "alpha").id
     # The TSDB is shared: this test's series go under a project id no other test uses.
     series = PrometheusBackend(url, project_label=f"p{random.randrange(10**9)}")
     times = [T0 + timedelta(seconds=s) for s in range(0, 300, 15)]
@@ -53,22 +50,31 @@ def test_rules_fire_on_series_in_a_tsdb(
     result = series.write(
         project_id,
         [
-            SeriesBatch("DCGM_FI_DEV_GPU_TEMP", {"gpu": "0", **host}, times, [90.0] * len(times)),
-            SeriesBatch("DCGM_FI_DEV_GPU_TEMP", {"gpu": "1", **host}, times, [60.0] * len(times)),
+            SeriesBatch("tl_gpu_temp", {"gpu": "0", **host}, times, [90.0] * len(times)),
+            SeriesBatch("tl_gpu_temp", {"gpu": "1", **host}, times, [60.0] * len(times)),
             SeriesBatch(
-                "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+                "tl_ecc_errors_total",
                 host,
                 times,
                 [float(i) for i in range(len(times))],
                 SeriesKind.COUNTER,
             ),
             # Silent since T0 + 60 s.
-            SeriesBatch("DCGM_FI_DEV_GPU_UTIL", {"hostname": "n2"}, times[:5], [50.0] * 5),
+            SeriesBatch("tl_gpu_util", {"hostname": "n2"}, times[:5], [50.0] * 5),
         ],
     )
     assert not result.rejected
     if tsdb == "victoriametrics":
         flush_victoria_metrics(url)
+    # Rules are checked against the metrics in the TSDB (these exist nowhere else).
+    with session_scope(sessions) as session:
+        project = accounts.get_project_by_name(session, "alpha")
+        assert project is not None
+        for rule in RULES:
+            store.create_rule(session, project, parse_rule(rule), series=series)
+        unknown = {**RULES[0], "name": "Unknown", "query": {"metric": "tl_nowhere"}}
+        with pytest.raises(RuleError, match="unknown metric"):
+            store.create_rule(session, project, parse_rule(unknown), series=series)
     try:
         outcome = Evaluator(engine, sessions, series=series).evaluate(T0 + timedelta(seconds=290))
     finally:
