@@ -316,7 +316,9 @@ class PrometheusBackend:
         max_series: int | None = None,
     ) -> list[LatestSample]:
         """Newest samples up to now; see the module docstring of the contract for the lookback
-        when ``since`` is ``None``."""
+        when ``since`` is ``None``. Value and time are two instant queries at one evaluation
+        time: a sample stamped before it that lands between them pairs its time with the
+        previous value, until the next call."""
         if since is not None and since.tzinfo is None:
             raise ValueError("naive datetime: tuneloop timestamps must be timezone-aware")
         now_ms = queries.to_millis(self._clock())
