@@ -20,6 +20,7 @@ from api.routes import (
     metrics,
     otlp,
     projects,
+    remote_write,
     series,
     studies,
     tokens,
@@ -39,5 +40,6 @@ ROUTERS: tuple[APIRouter, ...] = (
     cost.router,
     exposition.router,
     otlp.router,
+    remote_write.router,
     alerts.router,
 )

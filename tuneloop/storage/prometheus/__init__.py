@@ -1,1 +1,1 @@
-"""Series in a Prometheus-compatible TSDB: remote write in, PromQL over the HTTP API out."""
+"""Series in a Prometheus-compatible TSDB (Prometheus, VictoriaMetrics, Mimir, Thanos)."""
