@@ -1,5 +1,5 @@
 """What only a Prometheus-compatible TSDB does on write: the project label is reserved, times
-are kept to the millisecond, and a request the TSDB refuses is an error with its message."""
+are kept to the millisecond, and a request the TSDB refuses is a rejection with its reason."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 from tests.peers import flush_victoria_metrics
 from tests.timeseries_contract.conftest import T0
 from tuneloop.storage.prometheus.backend import PrometheusBackend
-from tuneloop.storage.prometheus.client import TsdbRefused
 from tuneloop.storage.timeseries.types import Aggregation, RejectionCode, SeriesBatch
 
 TSDBS = ["victoriametrics", "prometheus"]
@@ -50,28 +49,32 @@ def test_the_project_label_is_reserved_and_times_are_milliseconds(
         backend.close()
 
 
-def test_prometheus_refusing_old_samples_is_an_error_with_its_reason(
+def test_prometheus_refusing_old_samples_is_a_rejection_with_its_reason(
     request: pytest.FixtureRequest,
 ) -> None:
     backend, _ = backend_for("prometheus", request)
     try:
         # Far older than Prometheus' head block takes: out of bounds.
         old = T0 - timedelta(days=30)
-        with pytest.raises(TsdbRefused, match="out of bounds"):
-            backend.write(1, [SeriesBatch("tl_old", {}, [old], [1.0])])
+        result = backend.write(1, [SeriesBatch("tl_old", {}, [old], [1.0])])
+        assert result.samples_written == 0
+        (refused,) = result.rejected
+        assert refused.code == RejectionCode.REMOTE_REJECTED
+        assert "out of bounds" in refused.reason
     finally:
         backend.close()
 
 
-def test_prometheus_refusing_out_of_order_samples_is_an_error(
+def test_prometheus_refusing_out_of_order_samples_is_a_rejection(
     request: pytest.FixtureRequest,
 ) -> None:
     backend, _ = backend_for("prometheus", request)
     project = random.randrange(100_000_000, 999_999_999)
     try:
         backend.write(project, [SeriesBatch("tl_late", {}, [T0 + timedelta(seconds=10)], [1.0])])
-        with pytest.raises(TsdbRefused, match="out of order"):
-            backend.write(project, [SeriesBatch("tl_late", {}, [T0], [2.0])])
+        late = backend.write(project, [SeriesBatch("tl_late", {}, [T0], [2.0])])
+        assert [r.code for r in late.rejected] == [RejectionCode.REMOTE_REJECTED]
+        assert "out of order" in late.rejected[0].reason
         # Within one write, a series' batches are merged into time order: nothing is lost.
         backend.write(
             project,

@@ -15,10 +15,10 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-from tuneloop.remote_write import HEADERS, RemoteSeries, encode, series
 from tuneloop.storage.prometheus import queries
 from tuneloop.storage.prometheus.client import DEFAULT_TIMEOUT_S, PrometheusClient
 from tuneloop.storage.prometheus.grid import Buckets, Windows
+from tuneloop.storage.prometheus.remote_writer import RemoteWriter
 from tuneloop.storage.timeseries.columns import Batch, expand
 from tuneloop.storage.timeseries.functions import BUCKET_LABEL, BUCKET_SUFFIX, LabeledSeries
 from tuneloop.storage.timeseries.query import METRIC_LABEL, TooManySeries, check_query
@@ -30,14 +30,12 @@ from tuneloop.storage.timeseries.types import (
     RangeSeries,
     Rejection,
     RejectionCode,
+    SeriesBatch,
     SeriesInfo,
     WriteResult,
 )
-from tuneloop.storage.timeseries.write_validation import Identity, validate_batch
-from tuneloop.storage.types import utcnow
-
-MAX_SAMPLES_PER_REQUEST = 10_000
-"""Samples per remote-write request, about what Prometheus' own senders put in one."""
+from tuneloop.storage.timeseries.write_validation import Accepted, Identity, validate_batch
+from tuneloop.storage.types import from_micros, utcnow
 
 Points = dict[tuple[tuple[str, str], ...], list[tuple[datetime, float]]]
 
@@ -56,27 +54,31 @@ class PrometheusBackend:
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.client = PrometheusClient(url, headers=headers, timeout_s=timeout_s)
+        self.writer = RemoteWriter(
+            f"{self.client.url}/api/v1/write",
+            headers=headers,
+            timeout_s=timeout_s,
+            project_label=project_label,
+        )
         self.project_label = project_label
         self._clock = clock
 
     def close(self) -> None:
         self.client.close()
+        self.writer.close()
 
     # ----------------------------------------------------------------------- write
 
     def write(self, project_id: int, batches: Iterable[Batch]) -> WriteResult:
-        return self._post_write(project_id, batches)
-
-    def _post_write(self, project_id: int, batches: Iterable[Batch]) -> WriteResult:
-        """Remote write over the store's own batch checks (same rejections, NaN dropped).
-        To be replaced by ``tuneloop.storage.prometheus.remote_writer.RemoteWriter``.
-
-        Batches of one series are merged and sent in time order, once per millisecond (the
-        first sample wins, as the store keeps the first): Prometheus drops out-of-order
-        samples without saying so."""
+        """The store's batch checks (the same rejections; NaN dropped; the project label
+        reserved), each series' batches merged into time order, once per millisecond (the
+        first sample wins, as the store keeps the first): Prometheus drops samples older than
+        a series' newest, even within one request. Then :class:`RemoteWriter`: a request the
+        TSDB refuses is a ``remote_rejected`` rejection with its reason; one it cannot take
+        now raises ``RemoteWriteUnavailable`` (:class:`~tuneloop.errors.Unavailable`)."""
         result = WriteResult()
         identities: dict[tuple[object, ...], Identity] = {}
-        by_series: dict[str, tuple[str, Mapping[str, str], dict[int, float]]] = {}
+        by_series: dict[str, tuple[Accepted, dict[int, float]]] = {}
         for batch in expand(list(batches)):
             if isinstance(batch.labels, Mapping) and self.project_label in batch.labels:
                 result.rejected.append(self._reserved(batch.metric, batch.labels, batch.values))
@@ -84,19 +86,22 @@ class PrometheusBackend:
             accepted = validate_batch(batch, result, identities)
             if accepted is None:
                 continue
-            _, _, samples = by_series.setdefault(
-                accepted.fingerprint, (accepted.metric, accepted.labels, {})
-            )
+            _, samples = by_series.setdefault(accepted.fingerprint, (accepted, {}))
             for ts, value in zip(accepted.timestamps, accepted.values, strict=True):
                 samples.setdefault(queries.to_millis(ts), value)
-            result.samples_written += len(accepted.values)
-        outgoing = []
-        for metric, labels, samples in by_series.values():
-            times = sorted(samples)
-            own = {**labels, self.project_label: str(project_id)}
-            outgoing.append(series(metric, own, times, [samples[t] for t in times]))
-        for chunk in _chunks(outgoing, MAX_SAMPLES_PER_REQUEST):
-            self.client.post("api/v1/write", encode(chunk), HEADERS)
+        merged = [
+            SeriesBatch(
+                first.metric,
+                first.labels,
+                [from_micros(ms * 1000) for ms in sorted(samples)],
+                [samples[ms] for ms in sorted(samples)],
+                first.kind,
+            )
+            for first, samples in by_series.values()
+        ]
+        sent = self.writer.write(project_id, merged)
+        result.samples_written = sent.samples_written
+        result.rejected.extend(sent.rejected)
         return result
 
     def _reserved(self, metric: str, labels: Mapping[str, str], values: Any) -> Rejection:
@@ -412,16 +417,3 @@ def _range_series(metric: str, points: Points) -> list[RangeSeries]:
         for key, values in points.items()
         if values
     ]
-
-
-def _chunks(items: list[RemoteSeries], max_samples: int) -> Iterable[list[RemoteSeries]]:
-    chunk: list[RemoteSeries] = []
-    size = 0
-    for item in items:
-        if chunk and size + len(item.values) > max_samples:
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(item)
-        size += len(item.values)
-    if chunk:
-        yield chunk

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+from tuneloop.storage.prometheus import remote_writer
 from tuneloop.storage.timeseries.query import METRIC_LABEL
 from tuneloop.storage.timeseries.types import (
     Aggregation,
@@ -22,7 +23,7 @@ from tuneloop.storage.timeseries.types import (
 )
 from tuneloop.storage.types import from_micros, to_micros
 
-PROJECT_LABEL = "tuneloop_project"
+PROJECT_LABEL = remote_writer.PROJECT_LABEL
 DEFAULT_LOOKBACK_S = 86_400
 """How far back ``latest(since=None)`` and series look-ups without a range look: a TSDB has no
 "any age" that costs nothing."""
