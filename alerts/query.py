@@ -15,8 +15,7 @@ from datetime import datetime, timedelta
 from alerts.conditions import Sample, Seen, absent_groups, combine, ratios
 from alerts.rules import RuleDefinition, RuleKind
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
-from tuneloop.storage.timeseries.query import TooManySeries
-from tuneloop.storage.timeseries.types import Aggregation, RangeSeries, SeriesKind
+from tuneloop.storage.timeseries.types import Aggregation, RangeSeries
 
 WHOLE_WINDOW_STEP_S = 10**9
 """A step longer than any window: range queries bucket by epoch multiples of the step, and
@@ -113,15 +112,6 @@ def _window_values(
         max_series=MAX_SERIES_PER_RULE,
     )
     return [Sample(item.series.labels, item.points[-1][1]) for item in answer if item.points]
-
-
-def series_kind(series: TimeSeriesBackend, project_id: int, metric: str) -> SeriesKind | None:
-    """The kind of the project's ``metric`` series, or ``None`` when it has none."""
-    try:
-        found = series.find_series(project_id, metric, max_series=1)
-    except TooManySeries:  # a TSDB's kinds follow the name: any one series tells
-        found = series.find_series(project_id, metric)
-    return found[0].kind if found else None
 
 
 def _last_points(answer: list[RangeSeries]) -> list[Sample]:

@@ -15,16 +15,13 @@ from typing import Any, TypeVar
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from alerts.catalog import known_metrics
 from alerts.muting import matches
 from alerts.notifiers.config import parse_config
 from alerts.notifiers.targets import IPNetwork, TargetRefused, check_receiver, configured_networks
-from alerts.query import series_kind
+from alerts.rule_metrics import metric_lookup
 from alerts.rules import (
     LABEL_NAME_RE,
     InhibitDefinition,
-    MetricInfo,
-    MetricLookup,
     RuleDefinition,
     RuleFile,
     check_metrics,
@@ -41,11 +38,10 @@ from tuneloop.storage.models import (
     AlertSilence,
     Notification,
     Project,
-    Series,
 )
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuneloop.storage.timeseries.matchers import parse_matcher
-from tuneloop.storage.timeseries.types import Matcher, SeriesKind
+from tuneloop.storage.timeseries.types import Matcher
 
 MAX_SILENCE = timedelta(days=90)
 
@@ -89,27 +85,6 @@ def _numbered(
 
 
 # --------------------------------------------------------------------------- rules
-
-
-def metric_lookup(
-    session: Session, project_id: int, series: TimeSeriesBackend | None = None
-) -> MetricLookup:
-    """Finds a metric among the project's series (in ``series``, default the store), else
-    among what the collectors write."""
-
-    def lookup(name: str) -> MetricInfo | None:
-        kind: SeriesKind | None
-        if series is None:
-            stored = session.scalars(
-                select(Series.kind).where(Series.project_id == project_id, Series.metric == name)
-            ).first()
-            kind = None if stored is None else SeriesKind(stored)
-        else:
-            kind = series_kind(series, project_id, name)
-        kind = kind or known_metrics().get(name)
-        return MetricInfo(name, kind) if kind is not None else None
-
-    return lookup
 
 
 def check_rule(
