@@ -350,6 +350,39 @@ def test_histogram_quantile(subject: Subject) -> None:
         )
 
 
+def test_histogram_quantile_by_adds_up_each_groups_buckets(subject: Subject) -> None:
+    # Two pods of one job: pod a observes <= 0.1 only, pod b in (0.5, 1] only. Per job the
+    # buckets add up first, so the median lies between: not either pod's own median.
+    per_pod = {
+        "a": {"0.1": 1, "0.5": 1, "1": 1, "+Inf": 1},
+        "b": {"0.1": 0, "0.5": 0, "1": 1, "+Inf": 1},
+    }
+    subject.write(
+        [
+            SeriesBatch(
+                HISTOGRAM + "_bucket",
+                {"le": le, "job": "serve", "pod": pod},
+                at(*range(0, 600, 10)),
+                [float(step * i) for i in range(1, 61)],
+                SeriesKind.COUNTER,
+            )
+            for pod, buckets in per_pod.items()
+            for le, step in buckets.items()
+        ]
+    )
+    start, end = T0 + timedelta(minutes=1), T0 + timedelta(minutes=9)
+    per_pod_groups = subject.backend.histogram_quantile(
+        subject.project, 0.5, HISTOGRAM, start=start, end=end, step_s=60, window_s=120
+    )
+    assert sorted(group.labels["pod"] for group in per_pod_groups) == ["a", "b"]
+    (group,) = subject.backend.histogram_quantile(
+        subject.project, 0.5, HISTOGRAM, start=start, end=end, step_s=60, window_s=120, by=["job"]
+    )
+    assert group.labels == {"job": "serve"}
+    # Of 2 observations per step, the 1st lies in (0, 0.1]: rank 1 of bucket 0.1 -> 0.1.
+    assert [v for _, v in group.points] == pytest.approx([0.1] * 8, rel=subject.counter_rel)
+
+
 # --------------------------------------------------------------------------- unreachable
 
 
