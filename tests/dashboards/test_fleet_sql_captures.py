@@ -8,7 +8,6 @@ functions), so this runs there only."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,35 +15,16 @@ from sqlalchemy import Engine
 
 from dashboards.grafana_sql import Variable
 from tests.alerts.conftest import at
-from tests.captures import PAGES, captured, scraping, serving_pages
-from tests.conftest import reset_postgres
+from tests.captures import PAGES, captured
+from tests.dashboards.conftest import CAPTURES_END_S as END_S
+from tests.dashboards.conftest import CAPTURES_PROJECT as PROJECT
 from tests.dashboards.test_panels import BOARDS, run
-from tuneloop import accounts
-from tuneloop.storage import make_engine, migrate, session_factory, session_scope
 
 pytestmark = pytest.mark.postgres
 
-PROJECT = "captures"
-END_S = 600
 BOARD = BOARDS["fleet"]
 _METRIC = re.compile(r"tuneloop_series\(\$\{project:sqlstring\}, '([A-Za-z_:0-9]+)'")
 _SUFFIX = re.compile(r"\|\| ' (\w+)' AS metric")
-
-
-@pytest.fixture(scope="module")
-def store(postgres_server_url: str) -> Iterator[Engine]:
-    """The store as ``tuneloop db upgrade`` builds it, the four exporters scraped every 30 s
-    for ten minutes."""
-    reset_postgres(postgres_server_url)
-    migrate.upgrade(postgres_server_url)
-    engine = make_engine(postgres_server_url)
-    with session_scope(session_factory(engine)) as session:
-        project_id = accounts.create_project(session, PROJECT).id
-    with serving_pages() as (base, _), scraping(engine, project_id, base) as scraper:
-        for t in range(0, END_S + 1, 30):
-            scraper.scrape(at(t))
-    yield engine
-    engine.dispose()
 
 
 def device(labels: dict[str, str]) -> str:
@@ -67,25 +47,30 @@ def expected(sql: str, hosts: list[str]) -> set[str]:
     }
 
 
-def shown(store: Engine, **chosen: Any) -> dict[tuple[str, str], set[str]]:
+def shown(captures_store: Engine, **chosen: Any) -> dict[tuple[str, str], set[str]]:
     """(panel title, refId) -> the names of the lines the panel draws."""
     answers = {}
     for panel in BOARD["panels"]:
         for target in panel["targets"]:
             _, rows = run(
-                store, target["rawSql"], start=at(0), end=at(END_S), interval_ms=60_000, **chosen
+                captures_store,
+                target["rawSql"],
+                start=at(0),
+                end=at(END_S),
+                interval_ms=60_000,
+                **chosen,
             )
             answers[(panel["title"], target["refId"])] = {row[1] for row in rows}
     return answers
 
 
-def variable(store: Engine, name: str, **chosen: Any) -> list[str]:
+def variable(captures_store: Engine, name: str, **chosen: Any) -> list[str]:
     (found,) = [v for v in BOARD["templating"]["list"] if v["name"] == name]
-    _, rows = run(store, found["query"], start=at(0), end=at(END_S), **chosen)
+    _, rows = run(captures_store, found["query"], start=at(0), end=at(END_S), **chosen)
     return [row[0] for row in rows]
 
 
-def choose(store: Engine, hosts: list[str]) -> dict[str, Any]:
+def choose(captures_store: Engine, hosts: list[str]) -> dict[str, Any]:
     """The variables as Grafana sets them: the project, ``hosts``, and All of the GPUs the
     ``gpu`` variable lists for them."""
 
@@ -93,12 +78,12 @@ def choose(store: Engine, hosts: list[str]) -> dict[str, Any]:
         "project": Variable(PROJECT),
         "host": Variable(hosts, multi=True, include_all=True),
     }
-    gpus = variable(store, "gpu", **chosen)
+    gpus = variable(captures_store, "gpu", **chosen)
     return {**chosen, "gpu": Variable(gpus, multi=True, include_all=True)}
 
 
-def check(store: Engine, hosts: list[str]) -> dict[tuple[str, str], set[str]]:
-    answers = shown(store, **choose(store, hosts))
+def check(captures_store: Engine, hosts: list[str]) -> dict[tuple[str, str], set[str]]:
+    answers = shown(captures_store, **choose(captures_store, hosts))
     for panel in BOARD["panels"]:
         for target in panel["targets"]:
             want = expected(target["rawSql"], hosts)
@@ -109,11 +94,11 @@ def check(store: Engine, hosts: list[str]) -> dict[tuple[str, str], set[str]]:
     return answers
 
 
-def test_every_panel_shows_the_captured_gpus_with_every_host(store: Engine) -> None:
+def test_every_panel_shows_the_captured_gpus_with_every_host(captures_store: Engine) -> None:
 
-    hosts = variable(store, "host", project=Variable(PROJECT))
+    hosts = variable(captures_store, "host", project=Variable(PROJECT))
     assert hosts == sorted(PAGES)
-    answers = check(store, hosts)
+    answers = check(captures_store, hosts)
     memory = answers[("GPU memory used", "A")]
     assert {
         "msxf-hpc-64-35-ai gpu 0 2g.20gb 3",
@@ -132,15 +117,17 @@ def test_every_panel_shows_the_captured_gpus_with_every_host(store: Engine) -> N
 
 
 @pytest.mark.parametrize("host", sorted(PAGES))
-def test_narrowing_to_one_host_shows_its_gpus_only(store: Engine, host: str) -> None:
-    answers = check(store, [host])
+def test_narrowing_to_one_host_shows_its_gpus_only(captures_store: Engine, host: str) -> None:
+    answers = check(captures_store, [host])
     assert answers[("GPU memory used", "A")], f"{host} shows no GPU"
 
 
-def test_the_gpu_variable_lists_the_captured_gpus(store: Engine) -> None:
+def test_the_gpu_variable_lists_the_captured_gpus(captures_store: Engine) -> None:
 
     chosen = {"project": Variable(PROJECT)}
     for host in PAGES:
-        gpus = variable(store, "gpu", host=Variable([host], multi=True, include_all=True), **chosen)
+        gpus = variable(
+            captures_store, "gpu", host=Variable([host], multi=True, include_all=True), **chosen
+        )
         want = {labels["gpu"] for labels in captured("DCGM_FI_DEV_FB_USED", [host])}
         assert sorted(gpus) == sorted(want), host
