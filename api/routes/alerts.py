@@ -117,11 +117,17 @@ def delete_rule(
 
 @router.post("/rules:load", summary="Create or update the rules of a YAML rule file")
 def load_rules(
-    body: RuleFileIn, project: ProjectDep, session: SessionDep, token: CurrentToken
+    body: RuleFileIn,
+    project: ProjectDep,
+    session: SessionDep,
+    token: CurrentToken,
+    runtime: RuntimeDep,
 ) -> RuleFileOut:
     """All or nothing: one invalid rule refuses the whole file, every problem listed."""
     _writer(token)
-    parsed = parse_rule_file(body.text, source=body.source)  # RuleError: a 422
+    parsed = parse_rule_file(  # RuleError: a 422
+        body.text, source=body.source, runbook_base_url=runtime.settings.alerts_runbook_base_url
+    )
     outcome = store.load_rule_file(
         session, project, parsed, source=body.source, actor=accounts.actor_name(token)
     )
