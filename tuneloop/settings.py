@@ -129,6 +129,9 @@ class Settings(BaseSettings):
     """How often queued notifications are retried (new ones go out right after evaluation)."""
     alerts_external_url: str = ""
     """Link put in notifications (``externalURL``, ``generatorURL``); default: the API's URL."""
+    alerts_runbook_base_url: str = ""
+    """Where docs/runbooks.md is published: rules loaded without a ``runbook_url`` get
+    ``<URL>#<rule name in lower case>``; empty: the rule file's ``runbook_base_url``, if any."""
     alerts_allowed_target_networks: Annotated[tuple[IPvAnyNetwork, ...], NoDecode] = ()
     """Networks (CIDRs, comma-separated in the environment) that alert receivers may reach
     although they are loopback, link-local, private or otherwise not public: receivers are
