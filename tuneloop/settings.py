@@ -122,6 +122,10 @@ class Settings(BaseSettings):
     otlp_max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     """Largest OTLP/HTTP request body accepted, on the wire and once decompressed (413 above)."""
 
+    promql_max_samples: int = Field(default=50_000_000, ge=1)
+    """Most raw samples one PromQL query may read (as Prometheus' ``query.max-samples``): a
+    query that would read more is refused before it reads any."""
+
     @field_validator("database_url")
     @classmethod
     def _check_database_url(cls, value: str) -> str:
