@@ -8,7 +8,6 @@ which the routes answer as Prometheus does (400, ``errorType`` ``bad_data``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -23,12 +22,15 @@ from tuneloop.promql.parse import matchers as selector_matchers
 from tuneloop.promql.values import PromQLError, Series
 from tuneloop.storage.timeseries import raw
 from tuneloop.storage.timeseries.raw import RawSeries
-from tuneloop.storage.timeseries.times import parse_duration, parse_time
+from tuneloop.storage.timeseries.times import parse_duration_ms, parse_time
 from tuneloop.storage.timeseries.types import Matcher
 from tuneloop.storage.types import to_micros
 
 MAX_POINTS_PER_SERIES: Final = 11_000
 """Prometheus' limit on the points of one series of a range query."""
+_NO_STEP: Final = (
+    "zero or negative query resolution step widths are not accepted. Try a positive integer"
+)
 
 
 class StoreSource:
@@ -71,16 +73,12 @@ def time_ms(text: str | None, name: str, default: datetime | None = None) -> int
 
 def duration_ms(text: str, name: str) -> int:
     """Seconds (``15``, ``0.5``) or a duration (``15s``, ``1m30s``), in milliseconds."""
+    if name == "step" and text.lstrip("-").replace(".", "", 1).isdigit() and float(text) <= 0:
+        raise PromQLError(_NO_STEP)
     try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            return parse_duration(text) * 1000
-        except ValueError as exc:
-            raise PromQLError(f'invalid parameter "{name}": {exc}') from None
-    if not math.isfinite(seconds):
-        raise PromQLError(f'invalid parameter "{name}": {text!r} is not a number of seconds')
-    return round(seconds * 1000)
+        return parse_duration_ms(text)
+    except ValueError as exc:
+        raise PromQLError(f'invalid parameter "{name}": {exc}') from None
 
 
 def _selectors(match: Sequence[str]) -> list[tuple[Matcher, ...]]:

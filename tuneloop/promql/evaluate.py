@@ -9,7 +9,7 @@ selectors, range windows ``(t - range, t]``, the metric name dropped where Prome
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,17 +71,7 @@ class Evaluator:
 
     def check_samples(self, expr: ast.Expr) -> None:
         """Refuse, before reading, an expression that would load more than ``max_samples``."""
-        planned: set[ReadKey] = set()
-
-        def visit(node: ast.Expr) -> bool:
-            if isinstance(node, ast.MatrixSelector):
-                planned.add(self._read_key(node.vector_selector, millis(node.range)))
-                return False
-            if isinstance(node, ast.VectorSelector):
-                planned.add(self._read_key(node, LOOKBACK_MS))
-            return True
-
-        ast.walk(expr, visit)
+        planned = {self._read_key(selector, window) for selector, window in _selectors(expr)}
         total = 0
         for selector, start_ms, end_ms in planned:
             left = self.max_samples - total
@@ -279,6 +269,27 @@ class Evaluator:
             labels = raw.labels if name in KEEPS_NAME else without_name(raw.labels)
             out.append(Series(labels, values, present))
         return merge_same_labels(out)
+
+
+def _selectors(node: Any) -> Iterator[tuple[ast.VectorSelector, int]]:
+    """Every selector of the expression with the window it reads before each step: its
+    range, or the lookback of an instant selector."""
+    if isinstance(node, ast.MatrixSelector):
+        yield node.vector_selector, millis(node.range)
+    elif isinstance(node, ast.VectorSelector):
+        yield node, LOOKBACK_MS
+    elif isinstance(node, ast.BinaryExpr):
+        yield from _selectors(node.lhs)
+        yield from _selectors(node.rhs)
+    elif isinstance(node, ast.AggregateExpr):
+        yield from _selectors(node.expr)
+        if node.param is not None:
+            yield from _selectors(node.param)
+    elif isinstance(node, ast.Call):
+        for arg in node.args:
+            yield from _selectors(arg)
+    elif isinstance(node, (ast.ParenExpr, ast.UnaryExpr)):
+        yield from _selectors(node.expr)
 
 
 def _unwrap(node: ast.Expr) -> ast.Expr:
