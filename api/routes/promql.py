@@ -96,7 +96,10 @@ def _query_text(params: Params) -> str:
     return text
 
 
-@router.api_route("/query", methods=["GET", "POST"], summary="PromQL instant query")
+@router.get("/query", summary="PromQL instant query", operation_id="prometheus_instant_query")
+@router.post(
+    "/query", summary="PromQL instant query (form)", operation_id="prometheus_instant_query_form"
+)
 def instant_query(
     token: CurrentToken, session: SessionDep, client: ClientWatchDep, params: ParamsDep
 ) -> JSONResponse:
@@ -117,7 +120,10 @@ def instant_query(
     return _answer(compute)
 
 
-@router.api_route("/query_range", methods=["GET", "POST"], summary="PromQL range query")
+@router.get("/query_range", summary="PromQL range query", operation_id="prometheus_range_query")
+@router.post(
+    "/query_range", summary="PromQL range query (form)", operation_id="prometheus_range_query_form"
+)
 def range_query(
     token: CurrentToken, session: SessionDep, client: ClientWatchDep, params: ParamsDep
 ) -> JSONResponse:
@@ -145,7 +151,10 @@ def range_query(
     return _answer(compute)
 
 
-@router.api_route("/series", methods=["GET", "POST"], summary="Series matching selectors")
+@router.get("/series", summary="Series matching selectors", operation_id="prometheus_series")
+@router.post(
+    "/series", summary="Series matching selectors (form)", operation_id="prometheus_series_form"
+)
 def series(
     token: CurrentToken, session: SessionDep, client: ClientWatchDep, params: ParamsDep
 ) -> JSONResponse:
@@ -163,7 +172,8 @@ def series(
     return _answer(compute)
 
 
-@router.api_route("/labels", methods=["GET", "POST"], summary="Label names")
+@router.get("/labels", summary="Label names", operation_id="prometheus_labels")
+@router.post("/labels", summary="Label names (form)", operation_id="prometheus_labels_form")
 def labels(
     token: CurrentToken, session: SessionDep, client: ClientWatchDep, params: ParamsDep
 ) -> JSONResponse:

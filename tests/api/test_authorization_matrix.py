@@ -48,6 +48,15 @@ UNSCOPED: dict[Operation, str] = {
     ("GET", "/api/v1/tokens/self"): "the caller's own token",
     ("POST", "/v1/metrics"): "writes to the token's project, named by no parameter",
     ("POST", "/v1/traces"): "writes to the token's project, named by no parameter",
+    **{
+        (method, f"/api/v1/{path}"): "Prometheus' API: reads the token's project, named by no "
+        "parameter (tests/promql/test_api.py)"
+        for method in ("GET", "POST")
+        for path in ("query", "query_range", "series", "labels")
+    },
+    ("GET", "/api/v1/label/{name}/values"): "Prometheus' API: reads the token's project",
+    ("GET", "/api/v1/metadata"): "Prometheus' API: reads the token's project",
+    ("GET", "/api/v1/status/buildinfo"): "the version, nothing of any project",
 }
 """Operations whose path names no object, and why they cannot reach another project."""
 
