@@ -24,10 +24,11 @@ import tuneloop
 from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, SessionDep
 from api.read_limits import READ_TIMEOUT_S, ClientWatchDep, bounded_read
 from api.services import promql as service
-from tuneloop.errors import InvalidInput
+from tuneloop.errors import InvalidInput, PermissionDenied
 from tuneloop.promql import ExecutionError, PromQLError, QueryTimeout
 from tuneloop.settings import get_settings
 from tuneloop.storage.deadline import QueryInterrupted
+from tuneloop.storage.timeseries.query import TooManySeries
 
 router = APIRouter(prefix=API_PREFIX, tags=["prometheus"], responses={**AUTH_ERRORS})
 
@@ -58,7 +59,7 @@ def _one(params: Params, name: str) -> str | None:
 
 def _project_id(token: CurrentToken) -> int:
     if token.project_id is None:
-        raise PromQLError(
+        raise PermissionDenied(
             "an admin token belongs to no project: query with a project's token "
             "(tuneloop token create --project NAME --role member)"
         )
@@ -76,8 +77,10 @@ def _answer(compute: Callable[[], Any]) -> JSONResponse:
         return JSONResponse({"status": "success", "data": compute()})
     except (QueryTimeout, QueryInterrupted) as exc:
         return _error(503, "timeout", str(exc))
-    except ExecutionError as exc:
+    except (ExecutionError, TooManySeries) as exc:
         return _error(422, "execution", str(exc))
+    except PermissionDenied as exc:
+        return _error(403, "bad_data", str(exc))
     except (PromQLError, InvalidInput, ValueError) as exc:
         return _error(400, "bad_data", str(exc))
 

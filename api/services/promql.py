@@ -221,10 +221,7 @@ def label_names(
     end: str | None,
 ) -> list[str]:
     low, high = _range(start, end)
-    found = raw.series_in_range(
-        connection, project_id, _selectors(match), low, high, max_series=MAX_SERIES_PER_RESPONSE
-    )
-    return sorted({name for labels in found for name in labels})
+    return raw.label_names(connection, project_id, _selectors(match), low, high)
 
 
 def label_values(
@@ -236,10 +233,7 @@ def label_values(
     end: str | None,
 ) -> list[str]:
     low, high = _range(start, end)
-    found = raw.series_in_range(
-        connection, project_id, _selectors(match), low, high, max_series=MAX_SERIES_PER_RESPONSE
-    )
-    return sorted({labels[name] for labels in found if labels.get(name)})
+    return raw.label_values(connection, project_id, name, _selectors(match), low, high)
 
 
 def metadata(connection: Connection, project_id: int) -> dict[str, list[dict[str, str]]]:

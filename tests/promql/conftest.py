@@ -59,6 +59,7 @@ class Tuneloop:
     headers: dict[str, str]
     other_headers: dict[str, str]
     """A token of another project, which holds series of its own."""
+    admin_headers: dict[str, str]
 
     def get(self, path: str, params: dict[str, str]) -> Any:
         response = self.client.get(path, params=params, headers=self.headers)
@@ -104,6 +105,7 @@ def tuneloop_api(
         other = accounts.create_project(session, "other")
         _, secret = accounts.create_token(session, project, "grafana", "member")
         _, other_secret = accounts.create_token(session, other, "grafana", "member")
+        _, admin_secret = accounts.create_token(session, None, "root", "admin")
         ids = project.id, other.id
     load(runtime, ids[0], promql_data)
     # The other project has series of the same names, with other values.
@@ -113,6 +115,7 @@ def tuneloop_api(
             client,
             {"Authorization": f"Bearer {secret}"},
             {"Authorization": f"Bearer {other_secret}"},
+            {"Authorization": f"Bearer {admin_secret}"},
         )
     engine.dispose()
 

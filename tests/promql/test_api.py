@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import tuneloop.settings
+from api.services import promql as promql_service
 from tests.peers import prom_api
 from tests.promql.conftest import Tuneloop
 from tests.promql.data import T0_S
@@ -210,9 +211,23 @@ def test_grafana_probes_answer(tuneloop_api: Tuneloop) -> None:
     assert metadata["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"][0]["type"] == "counter"
 
 
-def test_without_a_token_nothing_is_answered(tuneloop_api: Tuneloop) -> None:
+def test_without_a_project_token_nothing_is_answered(tuneloop_api: Tuneloop) -> None:
     response = tuneloop_api.client.get("/api/v1/query", params={"query": "1"})
     assert response.status_code == 401
+    response = tuneloop_api.client.get(
+        "/api/v1/query", params={"query": UTIL}, headers=tuneloop_api.admin_headers
+    )
+    assert "project's token" in _error(response, 403, "bad_data")
+
+
+def test_too_many_series_is_an_execution_error(
+    tuneloop_api: Tuneloop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(promql_service, "MAX_SERIES_PER_RESPONSE", 3)
+    params = {"query": f"sum({UTIL})", "time": str(T0_S + 600)}
+    assert "more than 3 series" in _error(
+        tuneloop_api.get("/api/v1/query", params), 422, "execution"
+    )
 
 
 def test_the_series_api_refuses_promql(tuneloop_api: Tuneloop) -> None:

@@ -26,6 +26,7 @@ from sqlalchemy import (
     func,
     literal,
     select,
+    true,
 )
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.sql.expression import type_coerce
@@ -221,3 +222,71 @@ def metric_kinds(connection: Connection, project_id: int) -> list[tuple[str, str
         .order_by(_series.c.metric)
     )
     return [(row[0], row[1]) for row in connection.execute(statement)]
+
+
+def _with_samples(start: datetime | None, end: datetime | None) -> ColumnElement[bool]:
+    """The series has a sample in ``[start, end]`` (either end open when ``None``)."""
+    in_range = [samples.c.series_id == _series.c.id]
+    if start is not None:
+        in_range.append(samples.c.ts >= start)
+    if end is not None:
+        in_range.append(samples.c.ts <= end)
+    return exists().where(*in_range)
+
+
+def label_names(
+    connection: Connection,
+    project_id: int,
+    matcher_sets: Sequence[Sequence[Matcher]],
+    start: datetime | None,
+    end: datetime | None,
+) -> list[str]:
+    """Label names (``__name__`` included) of the series any of ``matcher_sets`` selects
+    (every series of the project if there is none) with a sample in ``[start, end]``, sorted:
+    one ``DISTINCT`` in SQL, however many series there are."""
+    dialect = connection.dialect.name
+    names: set[str] = set()
+    for matchers in matcher_sets or [()]:
+        conditions = [*_conditions(dialect, project_id, matchers), _with_samples(start, end)]
+        if dialect == "postgresql":
+            key: ColumnElement[Any] = func.jsonb_object_keys(_series.c.labels)
+            statement = select(key).where(*conditions).distinct()
+        else:
+            pairs = func.json_each(_series.c.labels).table_valued("key", "value")
+            joined = _series.join(pairs, true())
+            statement = select(pairs.c.key).select_from(joined).where(*conditions)
+            statement = statement.distinct()
+        with regex_errors():
+            names.update(str(name) for name in connection.execute(statement).scalars())
+            found = connection.execute(select(_series.c.id).where(*conditions).limit(1)).first()
+        if found is not None:
+            names.add(METRIC_LABEL)
+    return sorted(names)
+
+
+def label_values(
+    connection: Connection,
+    project_id: int,
+    name: str,
+    matcher_sets: Sequence[Sequence[Matcher]],
+    start: datetime | None,
+    end: datetime | None,
+) -> list[str]:
+    """The values of label ``name`` (``__name__``: metric names) among the series any of
+    ``matcher_sets`` selects with a sample in ``[start, end]``, sorted, empty left out."""
+    dialect = connection.dialect.name
+    value: ColumnElement[Any]
+    if name == METRIC_LABEL:
+        value = _series.c.metric
+    elif dialect == "postgresql":
+        value = _series.c.labels[name].as_string()
+    else:
+        pairs = func.json_each(_series.c.labels).table_valued("key", "value")
+        value = select(pairs.c.value).where(pairs.c.key == name).scalar_subquery()
+    values: set[str] = set()
+    for matchers in matcher_sets or [()]:
+        conditions = [*_conditions(dialect, project_id, matchers), _with_samples(start, end)]
+        statement = select(value).where(*conditions).distinct()
+        with regex_errors():
+            values.update(str(v) for v in connection.execute(statement).scalars() if v)
+    return sorted(values)
