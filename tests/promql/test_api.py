@@ -68,6 +68,18 @@ def test_labels_and_values_match_prometheus(tuneloop_api: Tuneloop, prometheus_u
     assert ours == prom_api(prometheus_url, "/api/v1/label/gpu/values", params) == ["0", "1"]
 
 
+@pytest.mark.parametrize("expression", [f"{UTIL}[1m]", f'{UTIL}{{gpu="1"}}[2m] offset 1m'])
+def test_an_instant_range_vector_gives_raw_samples(
+    expression: str, tuneloop_api: Tuneloop, prometheus_url: str
+) -> None:
+    params = {"query": expression, "time": str(T0_S + 907)}
+    ours = _data(tuneloop_api.get("/api/v1/query", params))
+    theirs = prom_api(prometheus_url, "/api/v1/query", params)
+    assert ours["resultType"] == theirs["resultType"] == "matrix"
+    by_labels = {_key(s["metric"]): s["values"] for s in theirs["result"]}
+    assert {_key(s["metric"]): s["values"] for s in ours["result"]} == by_labels
+
+
 def test_post_form_as_grafana_sends(tuneloop_api: Tuneloop) -> None:
     form = {"query": f"sum({UTIL})", "start": str(T0_S + 60), "end": str(T0_S + 600), "step": "60"}
     data = _data(

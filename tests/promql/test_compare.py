@@ -40,6 +40,9 @@ EXPRESSIONS = [
     f"{UTIL} offset 5m",
     f"{UTIL} offset 17m",
     f"{UTIL} @ {T0_S + 1200}",
+    f"{UTIL} @ start()",
+    f"rate({ENERGY}[5m] @ end())",
+    f"{UTIL} offset -3m",
     f'{STEP}{{job="vision-ft"}}',
     # counters
     f"rate({ENERGY}[5m])",

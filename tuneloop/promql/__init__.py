@@ -62,7 +62,7 @@ def query(
     many samples, conflicting series) or :class:`QueryTimeout`."""
     expr = parse(text)
     times = np.arange(start_ms, end_ms + 1, max(step_ms, 1), dtype=np.int64)
-    evaluator = Evaluator(source, times, max_samples, time.monotonic() + timeout_s)
+    evaluator = Evaluator(source, times, max_samples, time.monotonic() + timeout_s, end_ms)
     evaluator.check_samples(expr)
     value = evaluator.eval(expr)
     if start_ms != end_ms and isinstance(value, (RangeVector, String)):

@@ -61,6 +61,8 @@ class Evaluator:
     max_samples: int
     deadline: float
     """``time.monotonic()`` past which evaluation stops with :class:`QueryTimeout`."""
+    end_ms: int
+    """The query's end, which ``@ end()`` names (the last step may fall before it)."""
     _reads: dict[ReadKey, list[RawSeries]] = field(default_factory=dict)
 
     @property
@@ -91,7 +93,7 @@ class Evaluator:
         elif at.type == ast.AtModifierType.Start:
             ends = np.full(self.steps, self.times_ms[0])
         elif at.type == ast.AtModifierType.End:
-            ends = np.full(self.steps, self.times_ms[-1])
+            ends = np.full(self.steps, self.end_ms, dtype=np.int64)
         else:
             assert at.at is not None
             ends = np.full(self.steps, round(at.at.timestamp() * 1000), dtype=np.int64)
