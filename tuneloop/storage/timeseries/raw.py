@@ -28,7 +28,6 @@ from sqlalchemy import (
     select,
     true,
 )
-from sqlalchemy import cast as sql_cast
 from sqlalchemy.sql.expression import type_coerce
 
 from tuneloop.storage.models import Series, samples
@@ -43,6 +42,8 @@ from tuneloop.storage.timeseries.types import Matcher, MatchOp
 from tuneloop.storage.types import from_micros
 
 _series = cast(Table, Series.__table__)
+_POSTGRES_EPOCH_US = 946_684_800_000_000
+"""PostgreSQL's binary timestamps count microseconds from 2000-01-01, not from 1970."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,14 +134,14 @@ def _packed(
     connection: Connection, found: Sequence[Any], in_range: list[ColumnElement[bool]]
 ) -> list[RawSeries]:
     """PostgreSQL packs each series' times and values into two byte strings of 8-byte
-    big-endian numbers (``int8send``, ``float8send``): one row per series instead of one per
-    sample, read by numpy as they are, three times faster than rows on a week of samples."""
-    micros = sql_cast(func.extract("epoch", samples.c.ts) * 1_000_000, BigInteger)
+    big-endian numbers (``timestamptz_send``: microseconds since 2000, ``float8send``): one
+    row per series instead of one per sample, read by numpy as they are, three times faster
+    than rows on a week of samples."""
     empty = literal(b"", LargeBinary)
     statement = (
         select(
             samples.c.series_id,
-            func.string_agg(func.int8send(micros), empty, type_=LargeBinary),
+            func.string_agg(func.timestamptz_send(samples.c.ts), empty, type_=LargeBinary),
             func.string_agg(func.float8send(samples.c.value), empty, type_=LargeBinary),
         )
         .where(*in_range)
@@ -152,7 +153,8 @@ def _packed(
         labels = info.get(series_id)
         if labels is None:  # created after the lookup: left for the next query
             continue
-        times = np.frombuffer(packed_times, dtype=">i8").astype(np.int64) // 1000
+        micros = np.frombuffer(packed_times, dtype=">i8").astype(np.int64) + _POSTGRES_EPOCH_US
+        times = micros // 1000
         values = np.frombuffer(packed_values, dtype=">f8").astype(np.float64)
         # Both aggregates see the group's rows in one order, not necessarily time order.
         order = np.argsort(times, kind="stable")
