@@ -244,3 +244,17 @@ def buildinfo(token: CurrentToken) -> JSONResponse:
             },
         }
     )
+
+
+@router.get("/query_exemplars", summary="Exemplars: none are stored", operation_id="exemplars")
+@router.post("/query_exemplars", summary="Exemplars (form)", operation_id="exemplars_form")
+def query_exemplars(token: CurrentToken) -> JSONResponse:
+    # Grafana asks when a panel shows exemplars; the store keeps none.
+    return JSONResponse({"status": "success", "data": []})
+
+
+@router.get("/rules", summary="Recording and alerting rules: none here")
+def rules(token: CurrentToken) -> JSONResponse:
+    # Grafana's alerting asks a Prometheus data source for its rules; tuneloop's alert rules
+    # live at /api/v1/projects/NAME/alerts/rules and are not PromQL.
+    return JSONResponse({"status": "success", "data": {"groups": []}})

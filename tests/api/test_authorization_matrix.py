@@ -57,6 +57,9 @@ UNSCOPED: dict[Operation, str] = {
     ("GET", "/api/v1/label/{name}/values"): "Prometheus' API: reads the token's project",
     ("GET", "/api/v1/metadata"): "Prometheus' API: reads the token's project",
     ("GET", "/api/v1/status/buildinfo"): "the version, nothing of any project",
+    ("GET", "/api/v1/query_exemplars"): "always empty: nothing of any project",
+    ("POST", "/api/v1/query_exemplars"): "always empty: nothing of any project",
+    ("GET", "/api/v1/rules"): "always empty: nothing of any project",
 }
 """Operations whose path names no object, and why they cannot reach another project."""
 

@@ -221,6 +221,8 @@ def test_grafana_probes_answer(tuneloop_api: Tuneloop) -> None:
     metadata = _data(tuneloop_api.get("/api/v1/metadata", {}))
     assert metadata[UTIL] == [{"type": "gauge", "help": "", "unit": ""}]
     assert metadata["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"][0]["type"] == "counter"
+    assert _data(tuneloop_api.get("/api/v1/query_exemplars", {"query": UTIL})) == []
+    assert _data(tuneloop_api.get("/api/v1/rules", {})) == {"groups": []}
 
 
 def test_without_a_project_token_nothing_is_answered(tuneloop_api: Tuneloop) -> None:
