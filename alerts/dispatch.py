@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import exists, or_, select, update
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
+from alerts.notifiers.alertmanager import AlertmanagerNotifier
 from alerts.notifiers.base import AlertMessage, GroupMessage, Notifier, Outcome
 from alerts.notifiers.config import ReceiverConfig, parse_config
 from alerts.notifiers.email import EmailNotifier
@@ -63,8 +64,15 @@ class _Batch:
     """Attempts made before this one (the most of any row of the group)."""
 
 
-def default_notifiers(client: httpx.Client, allowed: Sequence[IPNetwork]) -> dict[str, Notifier]:
+def default_notifiers(
+    client: httpx.Client,
+    allowed: Sequence[IPNetwork],
+    *,
+    eval_interval_s: float = 15.0,
+    clock: Callable[[], datetime] = utcnow,
+) -> dict[str, Notifier]:
     return {
+        "alertmanager": AlertmanagerNotifier(client, eval_interval_s=eval_interval_s, clock=clock),
         "webhook": WebhookNotifier(client),
         "slack": SlackNotifier(client),
         "pagerduty": PagerDutyNotifier(client),
@@ -96,15 +104,23 @@ class Dispatcher:
         rng: Callable[[], float] = random.random,
         metrics: DispatchMetrics | None = None,
         allowed_networks: Sequence[IPNetwork] | None = None,
+        eval_interval_s: float = 15.0,
     ) -> None:
         """``allowed_networks``: the non-public networks receivers may reach (default: the
-        settings' ``alerts_allowed_target_networks``)."""
+        settings' ``alerts_allowed_target_networks``); ``eval_interval_s``: how often the
+        evaluator runs (a firing alert pushed to Alertmanager stays active for four of it at
+        least)."""
         self.sessions = sessions
         self.external_url = external_url
         self.workers = workers
         allowed = configured_networks() if allowed_networks is None else tuple(allowed_networks)
         self._client = checked_client(allowed)
-        self.notifiers = dict(notifiers or default_notifiers(self._client, allowed))
+        self.notifiers = dict(
+            notifiers
+            or default_notifiers(
+                self._client, allowed, eval_interval_s=eval_interval_s, clock=clock
+            )
+        )
         self.clock = clock
         self.rng = rng
         self.metrics = metrics or DispatchMetrics()
@@ -192,7 +208,7 @@ class Dispatcher:
                 except ValueError as exc:
                     self._record(session, rows, receiver, Outcome("failed", error=str(exc)), now)
                     continue
-                lease = now + timedelta(seconds=config.timeout_s * 4) + LEASE_MARGIN
+                lease = now + timedelta(seconds=config.send_timeout_s * 4) + LEASE_MARGIN
                 for row in rows:
                     row.next_attempt_at = lease
                 route = Route.of(receiver.id, receiver.name, receiver.matchers, receiver.group_by)

@@ -14,17 +14,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import Engine, delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from alerts import store
 from alerts.conditions import Active, active_alerts
+from alerts.evaluation_metrics import EvaluationMetrics
 from alerts.muting import InhibitIndex, Inhibition, Silence, matcher, mute_reason
+from alerts.outbox import Outbox, Receivers
 from alerts.query import evaluate_samples
-from alerts.routing import Route, group_key, routes_for
-from alerts.state import AlertState, Event, State, advance, event_due
+from alerts.state import AlertState, State, advance, event_due
 from tuneloop.storage import session_scope
 from tuneloop.storage.locks import LockName, advisory_lock
 from tuneloop.storage.models import (
@@ -34,6 +34,7 @@ from tuneloop.storage.models import (
     AlertRule,
     AlertSilence,
     Notification,
+    Project,
 )
 from tuneloop.storage.types import utcnow
 
@@ -61,6 +62,7 @@ class Evaluator:
         clock: Callable[[], datetime] = utcnow,
         on_queued: Callable[[], object] | None = None,
         for_slack: timedelta = timedelta(0),
+        metrics: EvaluationMetrics | None = None,
     ) -> None:
         self.engine = engine
         self.sessions = sessions
@@ -73,6 +75,7 @@ class Evaluator:
         the same problem by stamping each pass with its scheduled time)."""
         self.on_queued = on_queued
         """Called after a commit that queued notifications (the dispatcher's kick)."""
+        self.metrics = metrics if metrics is not None else EvaluationMetrics()
 
     def evaluate(self, now: datetime | None = None) -> PassResult:
         now = now or self.clock()
@@ -90,10 +93,13 @@ class Evaluator:
         return result
 
     def evaluate_project(self, project_id: int, now: datetime, result: PassResult) -> None:
+        started = time.perf_counter()
+        failed: list[str] = []
         with session_scope(self.sessions) as session:
             if not _lock_project(session, project_id):
                 log.info("project %s is being evaluated elsewhere; skipped", project_id)
                 return
+            project = session.get(Project, project_id)
             rules = session.scalars(
                 select(AlertRule).where(
                     AlertRule.project_id == project_id, AlertRule.enabled.is_(True)
@@ -107,12 +113,20 @@ class Evaluator:
                     samples = evaluate_samples(session.connection(), project_id, rule, now)
                 except Exception as exc:  # one broken rule must not stop the others
                     log.warning("alert rule %s failed: %s", row.name, exc)
-                    result.failed_rules.append(row.name)
+                    failed.append(row.name)
                     continue
                 hold_for = max(timedelta(0), timedelta(seconds=rule.for_s) - self.for_slack)
                 alerts = active_alerts(rule, samples)
                 _advance_rule(session, row, alerts, instances, now, hold_for)
             result.queued += _notify(session, project_id, now)
+            name = project.name if project is not None else str(project_id)
+            count = len(rules)
+        result.failed_rules.extend(failed)
+        # After the commit: a pass that died counts as no evaluation.
+        self.metrics.observe(
+            project_id, name, seconds=time.perf_counter() - started,
+            finished_at=time.time(), rules=count, failed=failed,
+        )  # fmt: skip
 
 
 def _lock_project(session: Session, project_id: int) -> bool:
@@ -206,16 +220,20 @@ def _notify(session: Session, project_id: int, now: datetime) -> int:
             select(AlertInhibition).where(AlertInhibition.project_id == project_id)
         )
     ]
-    routes = [
-        Route.of(r.id, r.name, r.matchers, r.group_by)
-        for r in session.scalars(
+    receivers = Receivers.of(
+        session.scalars(
             select(AlertReceiver).where(
                 AlertReceiver.project_id == project_id, AlertReceiver.enabled.is_(True)
             )
         )
-    ]
+    )
+    project = session.get(Project, project_id)
+    outbox = Outbox(session, now, project.name if project is not None else str(project_id))
+    # Only repeats and pushes look back at what was sent: no query for the others.
+    receiver_ids = [r.receiver_id for r in receivers.routes if r.repeat_interval > timedelta(0)]
+    receiver_ids += [route.receiver_id for route, _ in receivers.pushes]
+    latest = outbox.latest(rows, receiver_ids)
     inhibit = InhibitIndex([row.labels for row in rows if row.state == State.FIRING], inhibitions)
-    queued = 0
     for row in rows:
         state = State(row.state)
         muted = None
@@ -224,42 +242,16 @@ def _notify(session: Session, project_id: int, now: datetime) -> int:
         row.muted_by = muted
         event = event_due(state, row.notified, muted=muted is not None)
         if event is not None:
-            for route in routes_for(row.labels, routes):
-                session.add(
-                    Notification(
-                        instance_id=row.id,
-                        receiver_id=route.receiver_id,
-                        receiver=route.receiver,
-                        event=event.value,
-                        status="pending",
-                        attempts=0,
-                        group_key=group_key(route, row.labels),
-                        alert=alert_snapshot(row, event),
-                        created_at=now,
-                    )
-                )
-                queued += 1
+            outbox.announce(row, event, receivers.routes)
             row.notified = event.value
+        elif state is State.FIRING and muted is None:
+            outbox.repeat(row, receivers.routes, latest)
+    outbox.push(rows, receivers.pushes, latest)
     # A pending alert that stopped holding was never announced: nothing to keep.
     inactive = [row.id for row in rows if row.state == State.INACTIVE]
     if inactive:
         session.execute(delete(AlertInstance).where(AlertInstance.id.in_(inactive)))
-    return queued
-
-
-def alert_snapshot(row: AlertInstance, event: Event) -> dict[str, Any]:
-    """The alert as receivers see it, frozen when the event happened."""
-    starts = row.fired_at or row.active_at
-    ends = row.resolved_at if event is Event.RESOLVED else None
-    return {
-        "fingerprint": row.fingerprint,
-        "labels": dict(row.labels),
-        "annotations": dict(row.annotations),
-        "startsAt": starts.isoformat() if starts else None,
-        "endsAt": ends.isoformat() if ends else None,
-        "value": row.value,
-        "status": event.value,
-    }
+    return outbox.queued
 
 
 def prune_history(sessions: sessionmaker[Session], now: datetime, keep: timedelta) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from alerts.muting import matcher, matches
 from tuneloop.storage.timeseries.types import Matcher
@@ -15,6 +16,10 @@ class Route:
     receiver: str
     matchers: tuple[Matcher, ...]
     group_by: tuple[str, ...]
+    group_wait: timedelta = timedelta(0)
+    group_interval: timedelta = timedelta(0)
+    repeat_interval: timedelta = timedelta(0)
+    """Alertmanager's route timers (``alerts.outbox``); zero: off."""
 
     @classmethod
     def of(

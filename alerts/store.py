@@ -16,6 +16,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from alerts.catalog import known_metrics
+from alerts.muting import matches
 from alerts.notifiers.config import parse_config
 from alerts.notifiers.targets import IPNetwork, TargetRefused, check_receiver, configured_networks
 from alerts.rules import (
@@ -42,7 +43,7 @@ from tuneloop.storage.models import (
     Series,
 )
 from tuneloop.storage.timeseries.matchers import parse_matcher
-from tuneloop.storage.timeseries.types import SeriesKind
+from tuneloop.storage.timeseries.types import Matcher, SeriesKind
 
 MAX_SILENCE = timedelta(days=90)
 
@@ -255,6 +256,23 @@ def list_alerts(
     if state is not None:
         statement = statement.where(AlertInstance.state == state)
     return [(instance, name) for instance, name in session.execute(statement).all()]
+
+
+def alerts_series(
+    session: Session, project: Project, matchers: Sequence[Matcher] = (), *, since: datetime
+) -> list[tuple[dict[str, str], datetime]]:
+    """Prometheus's ``ALERTS`` of the project: the labels of each pending or firing alert
+    evaluated at or after ``since`` (older is stale) with ``alertstate`` added, those
+    ``matchers`` select, and when it was last evaluated."""
+    found = []
+    for row, _ in list_alerts(session, project):
+        labels = {**row.labels, "alertstate": row.state}
+        evaluated = row.last_eval_at
+        fresh = evaluated is not None and evaluated >= since
+        if row.state in ("pending", "firing") and fresh and matches(matchers, labels):
+            assert evaluated is not None
+            found.append((labels, evaluated))
+    return found
 
 
 # --------------------------------------------------------------------------- receivers

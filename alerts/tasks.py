@@ -32,6 +32,7 @@ def components(runtime: Runtime) -> tuple[Evaluator, Dispatcher]:
     """The evaluator and dispatcher of ``runtime``, rebuilt when the runtime changes (new
     settings, or a forked worker process that opened its own)."""
     from alerts.dispatch import Dispatcher
+    from alerts.evaluation_metrics import EVALUATION
     from alerts.evaluator import Evaluator
 
     global _built
@@ -46,10 +47,15 @@ def components(runtime: Runtime) -> tuple[Evaluator, Dispatcher]:
                 runtime.sessions,
                 external_url=url,
                 allowed_networks=runtime.settings.alerts_allowed_target_networks,
+                eval_interval_s=runtime.settings.alerts_eval_interval_s,
             )
             slack = timedelta(seconds=runtime.settings.alerts_eval_interval_s / 2)
             evaluator = Evaluator(
-                runtime.engine, runtime.sessions, on_queued=dispatcher.dispatch, for_slack=slack
+                runtime.engine,
+                runtime.sessions,
+                on_queued=dispatcher.dispatch,
+                for_slack=slack,
+                metrics=EVALUATION,
             )
             _built = (runtime, evaluator, dispatcher)
         return _built[1], _built[2]

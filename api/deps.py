@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from api.observability import ApiMetrics
 from api.schemas.common import ErrorOut, Page
+from collector.fanout import FanOut, WritePipeline
 from collector.pipeline import Pipeline
 from tuneloop import accounts
 from tuneloop.runtime import Runtime
@@ -43,7 +44,7 @@ bearer_scheme = HTTPBearer(
 )
 
 
-_Started = TypeVar("_Started", Runtime, Pipeline)
+_Started = TypeVar("_Started", Runtime, Pipeline, FanOut)
 
 
 def _started(request: Request, name: str, kind: type[_Started]) -> _Started:
@@ -61,12 +62,14 @@ def get_runtime(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
-def get_pipeline(request: Request) -> Pipeline:
+def get_pipeline(request: Request) -> WritePipeline:
     """The write pipeline shared by every receiver of this process (see ``api.main``)."""
+    if isinstance(getattr(request.app.state, "pipeline", None), FanOut):
+        return _started(request, "pipeline", FanOut)
     return _started(request, "pipeline", Pipeline)
 
 
-PipelineDep = Annotated[Pipeline, Depends(get_pipeline)]
+PipelineDep = Annotated[WritePipeline, Depends(get_pipeline)]
 
 
 def get_metrics(request: Request) -> ApiMetrics:

@@ -16,7 +16,7 @@ from api.errors import install_error_handlers
 from api.input_guard import InputGuard
 from api.observability import ApiMetrics, MetricsMiddleware
 from api.routes import ROUTERS
-from collector.pipeline import Pipeline
+from collector.fanout import WritePipeline
 from collector.status import StatusBoard
 from tuneloop.runtime import Runtime
 from tuneloop.settings import get_settings
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 
 def _lifespan(
-    given_runtime: Runtime | None, given_pipeline: Pipeline | None
+    given_runtime: Runtime | None, given_pipeline: WritePipeline | None
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -63,7 +63,7 @@ def _lifespan(
 
 def create_app(
     runtime: Runtime | None = None,
-    pipeline: Pipeline | None = None,
+    pipeline: WritePipeline | None = None,
     *,
     registry: CollectorRegistry | None = None,
     collector_status: StatusBoard | None = None,

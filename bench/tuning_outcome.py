@@ -220,16 +220,16 @@ def outcome(args: argparse.Namespace) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
     data = data_file(args.job, workdir / "data")
     say(f"{args.job}: {workload.summary}; directory {workdir}")
+    surface_runs = _surface_runs(args.job)
     started = time.monotonic()
     with cpu_burners(args.load), control_plane(workdir, say) as plane:
         if args.load:
             say(f"{args.load} CPU burner(s) running beside the job")
         tuning = tune(plane, args, data, workdir)
-        configs = {"start": args.start, "default": DEFAULT, "tuned": tuning["tuned"]}
+        configs = contenders(args, tuning["tuned"], surface_runs)
         say(f"fresh runs to the target, {args.repeats} of each config, interleaved")
         runs = measure(plane, args, configs, data, workdir)
     outcomes = [ConfigOutcome.of(label, configs[label], runs[label]) for label in configs]
-    surface_runs = _surface_runs(args.job)
     placement = (
         place(surface(surface_runs), outcomes[-1].time_to_target.mean) if surface_runs else None
     )
@@ -249,6 +249,21 @@ def outcome(args: argparse.Namespace) -> dict[str, Any]:
         "runs": runs,
         "report": lines,
     }
+
+
+def contenders(
+    args: argparse.Namespace, tuned: Mapping[str, int], surface_runs: list[dict[str, Any]]
+) -> dict[str, Mapping[str, int]]:
+    """The configs of the fresh runs, the tuned one last. With ``--with-best`` the surface's
+    best config runs too (unless it is the default or the tuned one), so that the tuned
+    config's fraction of the best speed is measured in the same run, under the same load."""
+    configs: dict[str, Mapping[str, int]] = {"start": args.start, "default": DEFAULT}
+    if args.with_best and surface_runs:
+        best = surface(surface_runs)[0].config
+        if dict(best) not in (dict(DEFAULT), dict(tuned)):
+            configs["best"] = best
+    configs["tuned"] = tuned
+    return configs
 
 
 def _surface_runs(job: str) -> list[dict[str, Any]]:
@@ -276,6 +291,11 @@ def main() -> None:
         "--quick",
         action="store_true",
         help="a check that it all works: 3 trials of 5 s warm-up + 15 s window, 2 runs each",
+    )
+    parser.add_argument(
+        "--with-best",
+        action="store_true",
+        help="also run the surface's best config fresh, beside the others",
     )
     parser.add_argument("--dir", type=Path, default=None, help="empty directory [a new one]")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")

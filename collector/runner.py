@@ -13,7 +13,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from collector.pipeline import Pipeline, PipelineFull
+from collector.fanout import WritePipeline
+from collector.pipeline import PipelineFull
 from collector.points import to_batches
 from collector.sources.base import Source
 from collector.status import SourceStatus, StatusBoard
@@ -29,7 +30,7 @@ class CollectorRunner:
     def __init__(
         self,
         sources: Sequence[Source],
-        pipeline: Pipeline,
+        pipeline: WritePipeline,
         project_id: int,
         *,
         interval_s: float,

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Final
 from weakref import WeakKeyDictionary
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from tuneloop.storage.timeseries.types import Rejection, RejectionCode
 
@@ -52,6 +54,32 @@ WRITE_BUCKETS: Final = (
 
 _BY_REGISTRY: WeakKeyDictionary[CollectorRegistry, CollectorMetrics] = WeakKeyDictionary()
 _BY_REGISTRY_LOCK = threading.Lock()
+
+
+_FORWARD_BY_REGISTRY: WeakKeyDictionary[CollectorRegistry, CollectorMetrics] = WeakKeyDictionary()
+_PREFIX: Final = "tuneloop_collector_"
+FORWARD_PREFIX: Final = "tuneloop_forward_"
+
+
+class _Renamed(Collector):
+    """Every metric of ``source`` with its ``old`` name prefix changed to ``new``."""
+
+    def __init__(self, source: CollectorRegistry, old: str, new: str) -> None:
+        self._source, self._old, self._new = source, old, new
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._source.collect():
+            renamed = Metric(
+                family.name.replace(self._old, self._new, 1),
+                family.documentation,
+                family.type,
+                family.unit,
+            )
+            renamed.samples = [
+                sample._replace(name=sample.name.replace(self._old, self._new, 1))
+                for sample in family.samples
+            ]
+            yield renamed
 
 
 _STORE_CODES: Final = frozenset(code.value for code in RejectionCode)
@@ -125,6 +153,19 @@ class CollectorMetrics:
             found = _BY_REGISTRY.get(registry)
             if found is None:
                 found = _BY_REGISTRY[registry] = cls(registry)
+            return found
+
+    @classmethod
+    def for_forward(cls, registry: CollectorRegistry | None) -> CollectorMetrics:
+        """A forwarding pipeline's metrics, shown on ``registry`` as ``tuneloop_forward_*``
+        beside the store pipeline's ``tuneloop_collector_*`` (created once per registry)."""
+        if registry is None:
+            return cls()
+        with _BY_REGISTRY_LOCK:
+            found = _FORWARD_BY_REGISTRY.get(registry)
+            if found is None:
+                found = _FORWARD_BY_REGISTRY[registry] = cls()
+                registry.register(_Renamed(found.registry, _PREFIX, FORWARD_PREFIX))
             return found
 
     def reject(self, reason: str, samples: int) -> None:

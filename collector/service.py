@@ -8,10 +8,12 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
+from collector.fanout import FanOut, WritePipeline
 from collector.pipeline import Pipeline, PipelineConfig
 from collector.relabel import Relabeler, load_rules
 from collector.runner import CollectorRunner
 from collector.selfmetrics import CollectorMetrics
+from collector.sinks.remote_write import RemoteWriteSink
 from collector.sinks.store import StoreSink
 from collector.sources import SourceSpecError, build_sources
 from collector.sources.auto import AUTO, Detection, detect_sources, expand_auto, kind_of, uses_auto
@@ -20,6 +22,7 @@ from collector.spool import Spool
 from collector.status import StatusBoard
 from tuneloop.runtime import Runtime
 from tuneloop.settings import Settings
+from tuneloop.storage.prometheus.remote_writer import RemoteWriter, without_credentials
 from tuneloop.storage.timeseries.writer import SampleWriter
 
 
@@ -34,8 +37,9 @@ def pipeline_config(settings: Settings) -> PipelineConfig:
     )
 
 
-def build_pipeline(runtime: Runtime, *, registry: CollectorRegistry | None = None) -> Pipeline:
-    """A pipeline writing into ``runtime``'s store, with its metrics on ``registry``.
+def build_pipeline(runtime: Runtime, *, registry: CollectorRegistry | None = None) -> WritePipeline:
+    """A pipeline writing into ``runtime``'s store, with its metrics on ``registry``; with
+    ``remote_write_url`` set, together with one forwarding there (:mod:`collector.fanout`).
 
     Raises :class:`collector.relabel.RelabelConfigError` (one line) for a bad relabel config.
     Not started: call ``start()``, and ``stop()`` before closing the runtime.
@@ -53,12 +57,40 @@ def build_pipeline(runtime: Runtime, *, registry: CollectorRegistry | None = Non
         # A slot left by a crashed process is replayed only into the store it was meant for.
         store=runtime.engine.url.render_as_string(hide_password=True),
     )
-    return Pipeline(
+    primary = Pipeline(
         StoreSink(writer),
         config=pipeline_config(settings),
         spool=spool,
         relabeler=Relabeler(rules),
         metrics=CollectorMetrics.for_registry(registry),
+    )
+    if not settings.remote_write_url:
+        return primary
+    return FanOut(primary, [forwarding_pipeline(settings, Relabeler(rules), registry=registry)])
+
+
+def forwarding_pipeline(
+    settings: Settings, relabeler: Relabeler, *, registry: CollectorRegistry | None = None
+) -> Pipeline:
+    """A pipeline forwarding to ``remote_write_url``, with a spool of its own; its metrics on
+    ``registry`` as ``tuneloop_forward_*``."""
+    headers = dict(settings.remote_write_headers)
+    if settings.remote_write_bearer_token is not None:
+        headers["Authorization"] = f"Bearer {settings.remote_write_bearer_token.get_secret_value()}"
+    url = settings.remote_write_url
+    spool = Spool(
+        settings.resolved_remote_write_spool_dir,
+        max_bytes=settings.spool_max_bytes,
+        # Replayed only to the destination it was meant for (credentials left out).
+        store=without_credentials(url),
+    )
+    writer = RemoteWriter(url, headers=headers, timeout_s=settings.remote_write_timeout_s)
+    return Pipeline(
+        RemoteWriteSink(writer),
+        config=pipeline_config(settings),
+        spool=spool,
+        relabeler=relabeler,
+        metrics=CollectorMetrics.for_forward(registry),
     )
 
 
@@ -118,7 +150,7 @@ def default_sources() -> list[Source]:
 
 
 def build_collector(
-    pipeline: Pipeline,
+    pipeline: WritePipeline,
     project_id: int,
     *,
     interval_s: float,

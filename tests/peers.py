@@ -1,7 +1,7 @@
 """Real peers from Debian's packages, started by the tests on loopback ports of their own: a
-Prometheus server (optionally with its remote-write receiver) and a single-node
-VictoriaMetrics. ``.ci/ensure-tools`` installs both; a missing binary fails under CI=true and
-skips elsewhere (``tests.helpers.missing``)."""
+Prometheus server (optionally with its remote-write receiver), a single-node VictoriaMetrics
+and an Alertmanager. ``.ci/ensure-tools`` installs them; a missing binary fails under CI=true
+and skips elsewhere (``tests.helpers.missing``)."""
 
 from __future__ import annotations
 
@@ -89,12 +89,15 @@ def running_prometheus(
 
 
 @contextmanager
-def running_victoria_metrics(workdir: Path, *, extra_flags: Sequence[str] = ()) -> Iterator[str]:
-    """A single-node VictoriaMetrics on a loopback port; its base URL (remote write at
-    ``/api/v1/write``, the Prometheus query API at ``/api/v1/...``). Samples are searchable
-    at once (no latency offset) so tests can read back what they wrote."""
+def running_victoria_metrics(
+    workdir: Path, *, extra_flags: Sequence[str] = (), port: int | None = None
+) -> Iterator[str]:
+    """A single-node VictoriaMetrics on a loopback port (``port``, else a free one); its base
+    URL (remote write at ``/api/v1/write``, the Prometheus query API at ``/api/v1/...``).
+    Samples are searchable at once (no latency offset) so tests can read back what they
+    wrote."""
     workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = port if port is not None else free_port()
     command = [
         binary("victoria-metrics"),
         f"-storageDataPath={workdir / 'vmdata'}",
@@ -109,6 +112,40 @@ def running_victoria_metrics(workdir: Path, *, extra_flags: Sequence[str] = ()) 
         command, f"http://127.0.0.1:{port}", "/health", workdir / "vm.log", "victoria-metrics"
     ) as url:
         yield url
+
+
+@contextmanager
+def running_alertmanager(
+    config: dict[str, Any], workdir: Path, *, extra_flags: Sequence[str] = ()
+) -> Iterator[str]:
+    """An Alertmanager on a loopback port with ``config``, clustering off; its base URL (the
+    API at ``/api/v2/...``)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    (workdir / "alertmanager.yml").write_text(yaml.safe_dump(config))
+    command = [
+        binary("alertmanager"),
+        f"--config.file={workdir / 'alertmanager.yml'}",
+        f"--storage.path={workdir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        # A lone peer: no gossip port of its own to collide with another test's.
+        "--cluster.listen-address=",
+        "--log.level=warn",
+        *extra_flags,
+    ]
+    with _serving(
+        command, f"http://127.0.0.1:{port}", "/-/ready", workdir / "am.log", "alertmanager"
+    ) as url:
+        yield url
+
+
+def alertmanager_alerts(url: str, **filters: str) -> list[dict[str, Any]]:
+    """``GET /api/v2/alerts``: the alerts Alertmanager holds (``filter``, ``active``,
+    ``silenced``, ``inhibited`` as its query parameters)."""
+    query = urllib.parse.urlencode(filters)
+    with urllib.request.urlopen(f"{url}/api/v2/alerts?{query}", timeout=30) as response:
+        found: list[dict[str, Any]] = json.load(response)
+    return found
 
 
 def flush_victoria_metrics(url: str) -> None:

@@ -127,3 +127,19 @@ def test_cli_stops_on_a_malformed_database_url_with_one_line(tmp_path: Path) -> 
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0
     assert result.stderr.startswith("tuneloop: invalid setting TUNELOOP_DATABASE_URL:")
+
+
+def test_forwarding_is_configured_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("TUNELOOP_REMOTE_WRITE_URL", "https://vm.example:8428/api/v1/write")
+    monkeypatch.setenv("TUNELOOP_REMOTE_WRITE_HEADERS", '{"X-Scope-OrgID": "gpu-fleet"}')
+    monkeypatch.setenv("TUNELOOP_REMOTE_WRITE_BEARER_TOKEN", "s3cret")
+    settings = load_settings(data_dir=tmp_path)
+    assert settings.remote_write_headers == {"X-Scope-OrgID": "gpu-fleet"}
+    assert settings.remote_write_bearer_token is not None
+    assert "s3cret" not in repr(settings)
+    assert settings.resolved_remote_write_spool_dir == tmp_path / "spool" / "remote-write"
+    monkeypatch.setenv("TUNELOOP_REMOTE_WRITE_URL", "vm.example:8428")
+    with pytest.raises(SettingsError, match="TUNELOOP_REMOTE_WRITE_URL"):
+        load_settings()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import platformdirs
-from pydantic import Field, IPvAnyNetwork, ValidationError, field_validator
+from pydantic import Field, IPvAnyNetwork, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.exc import ArgumentError
 
@@ -20,6 +20,9 @@ ENV_PREFIX = "TUNELOOP_"
 
 _DATABASE_URL = re.compile(r"sqlite(\+\w+)?://(/\S*)?|postgresql(\+\w+)?://\S+")
 """The URL forms SQLAlchemy reads as intended: ``sqlite://tmp/x.db`` would name a host."""
+
+
+_REMOTE_WRITE_URL = re.compile(r"https?://[^\s/?#]+(/\S*)?")
 
 
 def _parses(url: str) -> bool:
@@ -121,6 +124,22 @@ class Settings(BaseSettings):
 
     otlp_max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     """Largest OTLP/HTTP request body accepted, on the wire and once decompressed (413 above)."""
+    remote_write_max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    """Largest Prometheus remote-write body ``POST /api/v1/write`` accepts (413 above)."""
+
+    remote_write_url: str = ""
+    """Forward every sample tuneloop collects and receives to this Prometheus remote-write URL
+    as well (VictoriaMetrics, Mimir, Prometheus with its receiver on), through a pipeline of
+    its own: its own queue, spool and retries (docs/prometheus.md). Empty: no forwarding."""
+    remote_write_headers: dict[str, str] = Field(default_factory=dict)
+    """Extra headers of every forwarded request (JSON in the environment), e.g.
+    ``{"X-Scope-OrgID": "gpu-fleet"}``."""
+    remote_write_bearer_token: SecretStr | None = None
+    """Sent as ``Authorization: Bearer ...`` with every forwarded request."""
+    remote_write_timeout_s: float = Field(default=30.0, gt=0)
+    """How long one forwarded request may take before it is retried."""
+    remote_write_spool_dir: Path | None = None
+    """Where forwarded samples wait on disk. Unset: ``spool_dir/remote-write``."""
 
     promql_max_samples: int = Field(default=50_000_000, ge=1)
     """Most raw samples one PromQL query may read (as Prometheus' ``query.max-samples``): a
@@ -135,6 +154,13 @@ class Settings(BaseSettings):
                 "not a database URL: expected sqlite:///relative/path.db, "
                 "sqlite:////absolute/path.db or postgresql://user:password@host:5432/dbname"
             )
+        return value
+
+    @field_validator("remote_write_url")
+    @classmethod
+    def _check_remote_write_url(cls, value: str) -> str:
+        if value and not _REMOTE_WRITE_URL.fullmatch(value):
+            raise ValueError("not an http:// or https:// URL")
         return value
 
     @field_validator("sources", mode="before")
@@ -168,6 +194,12 @@ class Settings(BaseSettings):
     @property
     def resolved_spool_dir(self) -> Path:
         return self.spool_dir if self.spool_dir is not None else self.data_dir / "spool"
+
+    @property
+    def resolved_remote_write_spool_dir(self) -> Path:
+        if self.remote_write_spool_dir is not None:
+            return self.remote_write_spool_dir
+        return self.resolved_spool_dir / "remote-write"
 
     @property
     def resolved_database_url(self) -> str:

@@ -39,6 +39,12 @@ class AlertMessage:
     starts_at: datetime | None
     ends_at: datetime | None
     value: float | None
+    generator_path: str = ""
+    """The rule's path in tuneloop's API (``/api/v1/projects/<p>/alerts/rules/<name>``)."""
+
+    def generator_url(self, external_url: str) -> str:
+        """Where the alert comes from: the rule in tuneloop's API, else tuneloop itself."""
+        return external_url.rstrip("/") + self.generator_path if external_url else ""
 
     @property
     def dedup_key(self) -> str:
@@ -59,6 +65,7 @@ class AlertMessage:
             starts_at=_time(alert.get("startsAt")),
             ends_at=_time(alert.get("endsAt")),
             value=alert.get("value"),
+            generator_path=str(alert.get("generatorPath") or ""),
         )
 
 

@@ -4,12 +4,24 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-ReceiverKind = Literal["webhook", "slack", "pagerduty", "email"]
+from tuneloop.storage.timeseries.times import parse_duration
+
+ReceiverKind = Literal["webhook", "slack", "pagerduty", "email", "alertmanager"]
 
 PAGERDUTY_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
 SECRET_FIELDS = frozenset({"url", "routing_key", "password", "bearer_token"})
+PUSH_KINDS = frozenset({"alertmanager"})
+"""Kinds sent every firing alert again and again (Alertmanager does the grouping, repeating,
+silencing and inhibiting); the others get tuneloop's own routing (``alerts.routing``)."""
 """Shown as ``***`` when a receiver is read back (a Slack URL is itself the secret)."""
 
 
@@ -26,8 +38,49 @@ class _Config(BaseModel):
     max_attempts: int = Field(default=10, ge=1, le=100)
     """Attempts on 5xx, timeouts and refused connections before the notification fails."""
 
+    @property
+    def send_timeout_s(self) -> float:
+        """The longest one send may take (what a sender's lease must cover)."""
+        return self.timeout_s
 
-class WebhookConfig(_Config):
+
+def _seconds(value: str, *, allow_zero: bool = True) -> int:
+    spelled = str(value).strip()
+    if allow_zero and spelled in ("0", "0s", "0m", "0h"):
+        return 0
+    return parse_duration(spelled)
+
+
+class _Grouped(_Config):
+    """Alertmanager's route timers, for the kinds tuneloop routes itself; 0 turns one off."""
+
+    group_wait: str = "0s"
+    """How long a new group waits for more alerts before its first message."""
+    group_interval: str = "0s"
+    """How long after a group's message the next one (new alerts, resolutions) may go out."""
+    repeat_interval: str = "0s"
+    """How often a still-firing alert is announced again (0: once)."""
+
+    @field_validator("group_wait", "group_interval", "repeat_interval")
+    @classmethod
+    def _timer(cls, value: str) -> str:
+        _seconds(value)
+        return str(value)
+
+    @property
+    def group_wait_s(self) -> int:
+        return _seconds(self.group_wait)
+
+    @property
+    def group_interval_s(self) -> int:
+        return _seconds(self.group_interval)
+
+    @property
+    def repeat_interval_s(self) -> int:
+        return _seconds(self.repeat_interval)
+
+
+class WebhookConfig(_Grouped):
     url: str
     bearer_token: str | None = None
     max_alerts: int = Field(default=0, ge=0)
@@ -36,7 +89,7 @@ class WebhookConfig(_Config):
     _url = field_validator("url")(_http_url)
 
 
-class SlackConfig(_Config):
+class SlackConfig(_Grouped):
     url: str
     channel: str | None = None
     username: str | None = None
@@ -44,7 +97,7 @@ class SlackConfig(_Config):
     _url = field_validator("url")(_http_url)
 
 
-class PagerDutyConfig(_Config):
+class PagerDutyConfig(_Grouped):
     routing_key: str = Field(min_length=1, max_length=64)
     url: str = PAGERDUTY_EVENTS_URL
     client: str = "tuneloop"
@@ -53,7 +106,7 @@ class PagerDutyConfig(_Config):
     _url = field_validator("url")(_http_url)
 
 
-class EmailConfig(_Config):
+class EmailConfig(_Grouped):
     to: list[str] = Field(min_length=1)
     sender: str = Field(alias="from")
     host: str
@@ -73,13 +126,60 @@ class EmailConfig(_Config):
         return value
 
 
-ReceiverConfig = WebhookConfig | SlackConfig | PagerDutyConfig | EmailConfig
+class AlertmanagerConfig(_Config):
+    """Alertmanagers to push alerts to (``POST <url>/api/v2/alerts``): every URL gets every
+    alert, as Prometheus sends to each Alertmanager of a cluster."""
+
+    urls: list[str] = Field(min_length=1, max_length=10)
+    """Base URLs, such as ``http://alertmanager:9093``."""
+    username: str | None = None
+    password: str | None = None
+    """Basic auth, with ``username``."""
+    bearer_token: str | None = None
+    resend_interval: str = "1m"
+    """How often a firing alert is sent again; each send keeps it active for four times this
+    (or the evaluation interval, if longer)."""
+
+    @field_validator("urls")
+    @classmethod
+    def _urls(cls, value: list[str]) -> list[str]:
+        for url in value:
+            # Read back as given: a password in the URL would show.
+            if "@" in url.split("://", 1)[-1].split("/", 1)[0]:
+                raise ValueError("put credentials in username and password, not in the URL")
+        return [_http_url(url).rstrip("/") for url in value]
+
+    @field_validator("resend_interval")
+    @classmethod
+    def _resend(cls, value: str) -> str:
+        _seconds(value, allow_zero=False)
+        return str(value)
+
+    @model_validator(mode="after")
+    def _auth(self) -> AlertmanagerConfig:
+        if (self.username is None) != (self.password is None):
+            raise ValueError("basic auth needs both username and password")
+        if self.username is not None and self.bearer_token:
+            raise ValueError("give basic auth or bearer_token, not both")
+        return self
+
+    @property
+    def send_timeout_s(self) -> float:
+        return self.timeout_s * len(self.urls)  # one request after the other
+
+    @property
+    def resend_interval_s(self) -> int:
+        return _seconds(self.resend_interval, allow_zero=False)
+
+
+ReceiverConfig = WebhookConfig | SlackConfig | PagerDutyConfig | EmailConfig | AlertmanagerConfig
 
 _MODELS: dict[str, type[_Config]] = {
     "webhook": WebhookConfig,
     "slack": SlackConfig,
     "pagerduty": PagerDutyConfig,
     "email": EmailConfig,
+    "alertmanager": AlertmanagerConfig,
 }
 
 
@@ -97,7 +197,9 @@ def parse_config(kind: str, data: Any) -> ReceiverConfig:
             for error in exc.errors()
         ]
         raise ValueError(f"{kind} receiver: " + "; ".join(problems)) from None
-    assert isinstance(config, WebhookConfig | SlackConfig | PagerDutyConfig | EmailConfig)
+    assert isinstance(
+        config, WebhookConfig | SlackConfig | PagerDutyConfig | EmailConfig | AlertmanagerConfig
+    )
     return config
 
 

@@ -16,7 +16,7 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_add
 
 import httpx
 
-from alerts.notifiers.config import EmailConfig, ReceiverConfig
+from alerts.notifiers.config import AlertmanagerConfig, EmailConfig, ReceiverConfig
 from tuneloop.settings import get_settings
 
 IPAddress = IPv4Address | IPv6Address
@@ -127,6 +127,9 @@ def check_receiver(config: ReceiverConfig, allowed: Sequence[IPNetwork]) -> None
     """Refuse a receiver whose target (URL, or mail server) receivers may not reach."""
     if isinstance(config, EmailConfig):
         check_host(config.host, config.port, allowed)
+    elif isinstance(config, AlertmanagerConfig):
+        for url in config.urls:
+            check_url(url, allowed)
     else:
         check_url(config.url, allowed)
 

@@ -43,7 +43,7 @@ def payload(message: GroupMessage, max_alerts: int = 0) -> dict[str, Any]:
                 "annotations": dict(alert.annotations),
                 "startsAt": rfc3339(alert.starts_at),
                 "endsAt": rfc3339(alert.ends_at if alert.event == "resolved" else None),
-                "generatorURL": message.external_url,
+                "generatorURL": alert.generator_url(message.external_url),
                 "fingerprint": alert.fingerprint[:16],
             }
             for alert in alerts

@@ -21,6 +21,7 @@ from api.routes import (
     otlp,
     projects,
     promql,
+    remote_write,
     series,
     studies,
     tokens,
@@ -41,5 +42,6 @@ ROUTERS: tuple[APIRouter, ...] = (
     cost.router,
     exposition.router,
     otlp.router,
+    remote_write.router,
     alerts.router,
 )

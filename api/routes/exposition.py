@@ -10,7 +10,9 @@ Prometheus text format, for an existing Prometheus to scrape::
         static_configs: [{targets: ["tuneloop:8000"]}]
 
 Only series with a sample in the last ``max_age`` (default 5 minutes) are listed; ``metric``
-and ``match`` narrow them as in the query API. Every role of the project may read.
+and ``match`` narrow them as in the query API. ``ALERTS`` is there too, as Prometheus has it:
+``ALERTS{alertname, alertstate="pending"|"firing", <labels>} 1`` per alert now pending or
+firing, stamped with its last evaluation. Every role of the project may read.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
+from alerts import store as alerts_store
 from api.deps import API_PREFIX, AUTH_ERRORS, ProjectDep, SessionDep
 from api.query_params import duration_param
 from api.read_limits import ClientWatchDep, bounded_read
@@ -63,13 +66,17 @@ def project_metrics(
     age = timedelta(seconds=duration_param(max_age, "max_age"))
     if age > MAX_AGE_LIMIT:
         age = MAX_AGE_LIMIT
+    since = utcnow() - age
     with bounded_read(session, client) as connection, invalid_input():
         latest = query.latest(
             connection,
             project.id,
             selector.metric,
             selector.matchers,
-            since=utcnow() - age,
+            since=since,
             max_series=MAX_SERIES,
         )
+        if selector.metric in (None, exposition.ALERTS):
+            alerts = alerts_store.alerts_series(session, project, selector.matchers, since=since)
+            latest = [*latest, *exposition.alerts_samples(alerts)]
     return Response(exposition.render(latest), media_type=exposition.CONTENT_TYPE)

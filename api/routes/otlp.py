@@ -9,42 +9,27 @@ Per the OTLP/HTTP spec: the response is in the request's encoding (protobuf or J
 ``partial_success`` when some points were rejected, and errors carry a ``google.rpc.Status``
 body: 400 malformed, 413 over ``otlp_max_body_bytes`` (on the wire or decompressed), 415 an
 unknown content type or encoding, 503 with ``Retry-After`` while the write pipeline is full.
-While the database is down, tokens it confirmed lately still route exports to their
-project (:class:`collector.otlp.targets.RecentTargets`), so jobs keep sending through an
-outage into the spool; tokens revoked before it (here, or elsewhere and heard of while the
-database answered) are refused through it with 401.
+The token's project is resolved by :mod:`api.ingest`, which keeps exports flowing into the
+spool through a database outage.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from datetime import timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
-from sqlalchemy import select
-from sqlalchemy.exc import OperationalError
+from fastapi import APIRouter, Depends, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import (
-    AUTH_ERRORS,
-    BearerCredentials,
-    MetricsDep,
-    PipelineDep,
-    RuntimeDep,
-    unauthorized,
-)
+from api.deps import AUTH_ERRORS, MetricsDep, PipelineDep, RuntimeDep
+from api.ingest import TargetDep, read_body
+from collector.fanout import WritePipeline
 from collector.otlp import decode
 from collector.otlp.receiver import OtlpReceiver, Signal
-from collector.otlp.targets import RecentTargets, Target
+from collector.otlp.targets import Target
 from collector.otlp.telemetry import telemetry_for
-from collector.pipeline import Pipeline, PipelineFull
-from tuneloop import accounts
-from tuneloop.runtime import Runtime
-from tuneloop.storage import session_scope
-from tuneloop.storage.models import Project
-from tuneloop.storage.types import utcnow
+from collector.pipeline import PipelineFull
 
 router = APIRouter(tags=["otlp"], responses=AUTH_ERRORS)
 
@@ -62,61 +47,6 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
 _RECEIVER_LOCK = threading.Lock()
 
 
-def recent_targets(request: Request) -> RecentTargets:
-    """The app's memory of confirmed (and refused) OTLP tokens."""
-    state = request.app.state
-    with _RECEIVER_LOCK:
-        recent = getattr(state, "otlp_recent_targets", None)
-        if not isinstance(recent, RecentTargets):
-            recent = state.otlp_recent_targets = RecentTargets()
-    return recent
-
-
-def _target_from_store(runtime: Runtime, secret: str, recent: RecentTargets) -> Target:
-    # A session of its own, closed before the body is read: a slow client's 16 MiB upload
-    # must not hold a pooled connection.
-    with session_scope(runtime.sessions) as session:
-        # Revocations made elsewhere (the CLI, another replica) are heard of while the
-        # database answers, so an outage cannot bring a revoked token back.
-        recent.sweep(
-            lambda window_s: accounts.refused_token_hashes(
-                session, utcnow() - timedelta(seconds=window_s)
-            )
-        )
-        token = accounts.authenticate(session, secret)
-        if token is None:
-            raise unauthorized("invalid, expired or revoked token")
-        if token.project_id is None:
-            raise HTTPException(
-                status.HTTP_403_FORBIDDEN,
-                "OTLP export needs a project token: an admin token belongs to no project, so "
-                "the data would have nowhere to go (create one: tuneloop token create "
-                "--project NAME)",
-            )
-        # One column, not the ORM's lazy load of the whole project: this runs on every request.
-        own_cap = session.scalar(select(Project.max_series).where(Project.id == token.project_id))
-        return Target(
-            token.project_id,
-            own_cap if own_cap is not None else runtime.settings.max_series_per_project,
-        )
-
-
-def get_target(request: Request, runtime: RuntimeDep, credentials: BearerCredentials) -> Target:
-    if credentials is None:
-        raise unauthorized("missing bearer token")
-    recent = recent_targets(request)
-    key = accounts.hash_secret(credentials.credentials)
-    try:
-        return recent.resolve(
-            key, lambda: _target_from_store(runtime, credentials.credentials, recent)
-        )
-    except OperationalError:
-        if recent.refused(key):
-            raise unauthorized("invalid, expired or revoked token") from None
-        # Nothing remembered: 503 with Retry-After (api.errors).
-        raise
-
-
 def get_receiver(request: Request, runtime: RuntimeDep, metrics: MetricsDep) -> OtlpReceiver:
     """The app's one receiver (it holds the delta accumulator), made on first use."""
     state = request.app.state
@@ -131,7 +61,6 @@ def get_receiver(request: Request, runtime: RuntimeDep, metrics: MetricsDep) -> 
     return receiver
 
 
-TargetDep = Annotated[Target, Depends(get_target)]
 ReceiverDep = Annotated[OtlpReceiver, Depends(get_receiver)]
 
 
@@ -161,12 +90,21 @@ async def export_traces(
 
 
 async def _export(
-    signal: Signal, request: Request, target: Target, receiver: OtlpReceiver, pipeline: Pipeline
+    signal: Signal,
+    request: Request,
+    target: Target,
+    receiver: OtlpReceiver,
+    pipeline: WritePipeline,
 ) -> Response:
     encoding: decode.Encoding | None = None
     try:
         encoding = decode.encoding_of(request.headers.get("content-type"))
-        body = await _read_body(request, receiver.max_body_bytes)
+        body = await read_body(
+            request,
+            receiver.max_body_bytes,
+            too_large=decode.PayloadTooLarge,
+            malformed=decode.MalformedPayload,
+        )
         result = await run_in_threadpool(
             receiver.export,
             signal,
@@ -192,26 +130,6 @@ async def _export(
         label = encoding.value if encoding is not None else "unknown"
         receiver.telemetry.request(signal.value, label, response.status_code)
     return response
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, refused (413) as soon as it is known to be over ``limit``: from
-    ``Content-Length`` before reading, else while reading."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.strip().isdigit():
-            raise decode.MalformedPayload(f"invalid Content-Length {declared[:32]!r}")
-        if int(declared) > limit:
-            raise decode.PayloadTooLarge(f"the body is larger than the limit of {limit} bytes")
-    # Joined once at the end: no regrowing of a buffer, and no copy of it into bytes after.
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            raise decode.PayloadTooLarge(f"the body is larger than the limit of {limit} bytes")
-    return b"".join(chunks)
 
 
 def _status(

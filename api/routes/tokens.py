@@ -18,7 +18,7 @@ from api.deps import (
     SessionDep,
     require,
 )
-from api.routes.otlp import recent_targets
+from api.ingest import recent_targets
 from api.schemas.common import Page
 from api.schemas.tokens import AdminTokenCreate, TokenCreate, TokenCreatedOut, TokenOut
 from tuneloop import accounts, errors

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 
 from collector.otlp.labels import label_name
 from collector.otlp.names import NameKind, escape_legacy, metric_name
-from tuneloop.storage.timeseries.types import LatestSample, SeriesKind
+from tuneloop.storage.timeseries.types import LatestSample, SeriesInfo, SeriesKind
 from tuneloop.storage.types import to_micros
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -62,6 +63,18 @@ def _labels(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     for name, value in sorted(labels.items()):
         renamed.setdefault(exposition_label(name), value)
     return tuple(sorted(renamed.items()))
+
+
+ALERTS = "ALERTS"
+
+
+def alerts_samples(alerts: Iterable[tuple[Mapping[str, str], datetime]]) -> list[LatestSample]:
+    """Prometheus's ``ALERTS`` series: 1 per pending or firing alert, with its labels and
+    ``alertstate``, stamped with its last evaluation."""
+    return [
+        LatestSample(SeriesInfo(0, ALERTS, labels, SeriesKind.GAUGE), ts, 1.0)
+        for labels, ts in alerts
+    ]
 
 
 def render(latest: Iterable[LatestSample]) -> str:

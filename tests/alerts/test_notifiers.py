@@ -110,7 +110,10 @@ def test_webhook_sends_alertmanager_payload_version_4(
         assert alert["annotations"]["summary"] == f"GPU {gpu} on n1 at 95C"
         assert alert["startsAt"] == "2026-11-23T12:00:00Z"
         assert alert["endsAt"] == "0001-01-01T00:00:00Z"
-        assert alert["generatorURL"] == "http://tuneloop:8000"
+        assert (
+            alert["generatorURL"]
+            == "http://tuneloop:8000/api/v1/projects/alpha/alerts/rules/GpuHot"
+        )
         assert re.fullmatch(r"[0-9a-f]{16}", alert["fingerprint"])
     assert resolved.body["status"] == "resolved"
     assert {a["status"] for a in resolved.body["alerts"]} == {"resolved"}

@@ -205,3 +205,36 @@ def test_a_failing_receiver_shows_on_healthz_and_metrics(
         'tuneloop_alert_receiver_consecutive_failures{kind="webhook",project="alpha",'
         'receiver="bad-hook"} 3.0' in metrics
     )
+
+
+def test_an_admin_adds_an_alertmanager_receiver_its_secrets_read_back_hidden(
+    client: TestClient, mint: Minter
+) -> None:
+    mint.project("alpha")
+    admin = bearer(mint.admin())
+    body = {
+        "name": "am",
+        "kind": "alertmanager",
+        "config": {
+            "urls": ["https://am-0.example:9093/", "https://am-1.example:9093"],
+            "username": "tuneloop",
+            "password": "s3cret",
+            "resend_interval": "2m",
+        },
+        "matchers": ['severity="critical"'],
+    }
+    member = bearer(mint.token("alpha", "member"))
+    assert client.post(f"{BASE}/receivers", json=body, headers=member).status_code == 403
+    created = client.post(f"{BASE}/receivers", json=body, headers=admin)
+    assert created.status_code == 201, created.text
+    config = created.json()["config"]
+    assert config["password"] == "***"
+    assert config["urls"] == body["config"]["urls"]
+    (listed,) = client.get(f"{BASE}/receivers", headers=member).json()
+    assert listed["kind"] == "alertmanager" and listed["config"]["password"] == "***"
+    credentials_in_url = {
+        **body, "name": "am2", "config": {"urls": ["https://u:p@am.example:9093"]}
+    }  # fmt: skip
+    refused = client.post(f"{BASE}/receivers", json=credentials_in_url, headers=admin)
+    assert refused.status_code == 422
+    assert "username and password" in refused.json()["detail"]

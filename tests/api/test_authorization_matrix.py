@@ -48,6 +48,7 @@ UNSCOPED: dict[Operation, str] = {
     ("GET", "/api/v1/tokens/self"): "the caller's own token",
     ("POST", "/v1/metrics"): "writes to the token's project, named by no parameter",
     ("POST", "/v1/traces"): "writes to the token's project, named by no parameter",
+    ("POST", "/api/v1/write"): "writes to the token's project, named by no parameter",
     **{
         (method, f"/api/v1/{path}"): "Prometheus' API: reads the token's project, named by no "
         "parameter (tests/promql/test_api.py)"

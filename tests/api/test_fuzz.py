@@ -26,6 +26,12 @@ JOB = "trainer"
 EXAMPLES_PER_MODE = 6
 
 
+@schemathesis.serializer("application/x-protobuf")
+def _binary(ctx: object, value: object) -> bytes:
+    """Binary bodies (Prometheus remote write) sent as generated: bytes, or a value's text."""
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
 @pytest.fixture(params=["member", "admin"])
 def secret(request: pytest.FixtureRequest, mint: Minter) -> str:
     mint.project(PROJECT)

@@ -53,7 +53,7 @@ def test_a_token_revoked_before_the_outage_stays_refused_through_it(
         accounts.revoke_token(session, _token_id(runtime, by_cli))
     assert _export(client, bearer(kept)) == 200  # the database answers: revocations heard of
 
-    monkeypatch.setattr("api.routes.otlp.session_scope", _down)
+    monkeypatch.setattr("api.ingest.session_scope", _down)
     for _ in range(3):
         for secret in (by_api, by_cli):
             assert _export(client, bearer(secret)) == 401

@@ -18,7 +18,7 @@ from tuneloop.settings import Settings
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from collector.pipeline import Pipeline
+    from collector.fanout import WritePipeline
     from collector.service import SourcePlan
     from collector.status import StatusBoard
 
@@ -49,7 +49,7 @@ def _configure_logging(settings: Settings) -> None:
         logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
-def _serve(runtime: Runtime, pipeline: Pipeline, board: StatusBoard | None = None) -> None:
+def _serve(runtime: Runtime, pipeline: WritePipeline, board: StatusBoard | None = None) -> None:
     import uvicorn
 
     from api.main import create_app
@@ -87,7 +87,7 @@ def _raise_stopped(*_: object) -> None:
     raise _Stopped
 
 
-def _pipeline(runtime: Runtime, registry: CollectorRegistry) -> Pipeline:
+def _pipeline(runtime: Runtime, registry: CollectorRegistry) -> WritePipeline:
     """The process's one write pipeline, not started yet: built first thing, so that a bad
     relabel config ends the command before anything else happens."""
     from collector.relabel import RelabelConfigError
@@ -173,6 +173,11 @@ def up(host: HostOption = None, port: PortOption = None, source: SourceOption = 
     # OpenTelemetry exporters append the /v1/... paths to OTEL_EXPORTER_OTLP_ENDPOINT=base.
     typer.echo(f"  OTLP       {base}/v1/metrics")
     typer.echo(f"             {base}/v1/traces  (step timings: docs/step-timing.md)")
+    typer.echo(f"  remote     {base}/api/v1/write  (Prometheus remote write: docs/prometheus.md)")
+    if settings.remote_write_url:
+        from tuneloop.storage.prometheus.remote_writer import without_credentials
+
+        typer.echo(f"  forward    {without_credentials(settings.remote_write_url)}")
     typer.echo(f"  sources    {plan.describe()}")
     if secret is not None:
         typer.echo(f"  project    {settings.default_project}")

@@ -105,7 +105,7 @@ class AlertReceiver(Base):
     project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(String(100))
     kind: Mapped[str] = mapped_column(String(20))
-    """``webhook``, ``slack``, ``pagerduty`` or ``email``."""
+    """``webhook``, ``slack``, ``pagerduty``, ``email`` or ``alertmanager``."""
     config: Mapped[dict[str, Any]] = mapped_column()
     matchers: Mapped[list[Any]] = mapped_column(LabelsJSON, default=list)
     group_by: Mapped[list[Any]] = mapped_column(LabelsJSON, default=list)

@@ -47,6 +47,7 @@ class RejectionCode(StrEnum):
     NAN_VALUE = "nan_value"  # NaN, which the store does not keep
     SERIES_LIMIT = "series_limit"  # the project's series cap refused a new series
     UNKNOWN_PROJECT = "unknown_project"  # the project does not exist (deleted meanwhile)
+    REMOTE_REJECTED = "remote_rejected"  # a remote-write destination refused them (HTTP 4xx)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,1 @@
+"""Series in a Prometheus-compatible TSDB (Prometheus, VictoriaMetrics, Mimir, Thanos)."""
