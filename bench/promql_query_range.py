@@ -5,16 +5,15 @@ samples.
 Data: ``--series`` series (default 1,000) over ``--days`` days (default 7) at one sample per
 ``--interval-s`` seconds (default 120: 5,040,000 samples, so that promtool makes Prometheus's
 blocks in about 5 minutes on a loaded 2-core host; at 60 s it took 10.5), generated with numpy
-from a fixed seed: half GPU utilization gauges (``DCGM_FI_DEV_GPU_UTIL``, dcgm-exporter
-labels, 8 GPUs a host), 40% energy counters (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``), 10%
-step-duration histogram buckets
-(``tuneloop_step_duration_seconds_bucket``, 10 ``le`` bounds a job). tuneloop gets them
-through its own writer (``SampleWriter``, in blocks of columns) into a scratch PostgreSQL
-database that the script creates and drops (then ``VACUUM ANALYZE``, as autovacuum leaves
-data this old); Prometheus from blocks that ``promtool tsdb
-create-blocks-from openmetrics`` makes of the same samples (the script waits until
-Prometheus has compacted them). Samples sit 125 ms past the minute, so that no window edge
-falls on one and both engines must give the same answer, which the script checks first.
+from a fixed seed: half GPU utilization gauges (``DCGM_FI_DEV_GPU_UTIL``, dcgm-exporter labels,
+8 GPUs a host), 40% energy counters (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``), 10%
+step-duration histogram buckets (``tuneloop_step_duration_seconds_bucket``, 10 ``le`` bounds a
+job). tuneloop gets them through its own writer (``SampleWriter``, in blocks of columns) into a
+scratch PostgreSQL database that the script creates and drops (then ``VACUUM ANALYZE``, as
+autovacuum leaves data this old); Prometheus from blocks that ``promtool tsdb
+create-blocks-from openmetrics`` makes of the same samples (the script waits until Prometheus
+has compacted them). Samples sit 125 ms past the minute, so that no window edge falls on one
+and both engines must give the same answer, which the script checks first.
 
 Queries (Grafana-like steps: 2 minutes over a day, 15 minutes over the week), each over the
 last day and the whole range, interleaved (the contender that goes first alternates), both
