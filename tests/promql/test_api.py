@@ -204,6 +204,20 @@ def test_too_many_samples_are_refused_before_any_is_read(
     assert len(reads) == 1
 
 
+def test_too_many_points_in_memory_are_refused(max_samples: int, tuneloop_api: Tuneloop) -> None:
+    # One series, 240 samples in the hour, but a value for each of 3,601 steps.
+    params = {
+        "query": f'{UTIL}{{Hostname="node-a", gpu="1"}}',
+        "start": str(T0_S),
+        "end": str(T0_S + 3600),
+        "step": "1",
+    }
+    error = _error(tuneloop_api.get("/api/v1/query_range", params), 422, "execution")
+    assert "1 series x 3601 steps" in error
+    params["step"] = "15"
+    assert len(_data(tuneloop_api.get("/api/v1/query_range", params))["result"]) == 1
+
+
 def test_an_evaluation_past_its_timeout_stops(tuneloop_api: Tuneloop) -> None:
     params = {
         "query": f"max_over_time({UTIL}[1h])",

@@ -106,7 +106,16 @@ class Evaluator:
     def _read(self, key: ReadKey) -> list[RawSeries]:
         if key not in self._reads:
             self._check_deadline()
-            self._reads[key] = self.source.read(*key)
+            found = self.source.read(*key)
+            # Each series becomes a value per step: bounded like the samples read, so that a
+            # fine step over many series cannot fill memory.
+            if len(found) * self.steps > self.max_samples:
+                raise ExecutionError(
+                    "query processing would load too many samples into memory in query "
+                    f"execution: {len(found)} series x {self.steps} steps is more than "
+                    f"{self.max_samples} (TUNELOOP_PROMQL_MAX_SAMPLES); use a larger step"
+                )
+            self._reads[key] = found
         return self._reads[key]
 
     def _check_deadline(self) -> None:
