@@ -46,7 +46,8 @@ def prometheus_url(
         check=True,
         capture_output=True,
     )
-    config = {"global": {"scrape_interval": "15s", "evaluation_interval": "15s"}}
+    # A subquery without a step evaluates at this interval: tuneloop's default is 1m too.
+    config = {"global": {"scrape_interval": "15s", "evaluation_interval": "1m"}}
     with running_prometheus(
         config, workdir, data_dir=blocks, extra_flags=["--storage.tsdb.retention.time=100y"]
     ) as url:

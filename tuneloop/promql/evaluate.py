@@ -42,6 +42,7 @@ from tuneloop.storage.timeseries.raw import RawSeries
 from tuneloop.storage.timeseries.types import Matcher, MatchOp
 
 ReadKey = tuple[tuple[Matcher, ...], int, int]
+DEFAULT_SUBQUERY_STEP_MS = 60_000
 
 _CARDS = (
     (ast.VectorMatchCardinality.OneToOne, "one"),
@@ -73,7 +74,7 @@ class Evaluator:
 
     def check_samples(self, expr: ast.Expr) -> None:
         """Refuse, before reading, an expression that would load more than ``max_samples``."""
-        planned = {self._read_key(selector, window) for selector, window in _selectors(expr)}
+        planned = set(self._planned(expr))
         total = 0
         for selector, start_ms, end_ms in planned:
             left = self.max_samples - total
@@ -85,9 +86,49 @@ class Evaluator:
                     "(TUNELOOP_PROMQL_MAX_SAMPLES); narrow the selectors or the range"
                 )
 
-    def _ends(self, selector: ast.VectorSelector) -> TimeArray:
+    def _planned(self, node: Any) -> Iterator[ReadKey]:
+        """The read of every selector of the expression: its series over the window its steps
+        look at (its range, or the lookback of an instant selector)."""
+        if isinstance(node, ast.MatrixSelector):
+            yield self._read_key(node.vector_selector, millis(node.range))
+        elif isinstance(node, ast.VectorSelector):
+            yield self._read_key(node, LOOKBACK_MS)
+        elif isinstance(node, ast.SubqueryExpr):
+            yield from self._subquery(node)._planned(node.expr)
+        else:
+            for child in _children(node):
+                yield from self._planned(child)
+
+    def _subquery(self, node: ast.SubqueryExpr) -> Evaluator:
+        """The evaluator of a subquery's inner expression: at multiples of its step (default
+        one minute, Prometheus' default evaluation interval), from the first at or after the
+        earliest window's start to the last step's end, as Prometheus aligns them."""
+        step = millis(node.step) or DEFAULT_SUBQUERY_STEP_MS
+        ends = self._ends(node)
+        first = (int(ends.min()) - millis(node.range)) // step * step
+        if first < int(ends.min()) - millis(node.range):
+            first += step
+        times = np.arange(first, int(ends.max()) + 1, step, dtype=np.int64)
+        return Evaluator(
+            self.source, times, self.max_samples, self.deadline, self.end_ms, self._reads
+        )
+
+    def _subquery_series(self, node: ast.SubqueryExpr) -> list[RawSeries]:
+        """A subquery's result: each series' values at the inner steps, as raw samples."""
+        inner = self._subquery(node)
+        value = inner.eval(node.expr)
+        if not isinstance(value, list):
+            raise PromQLError("a subquery needs an instant vector inside")
+        times = inner.times_ms
+        return [
+            RawSeries(s.labels, times[s.present], s.values[s.present])
+            for s in value
+            if s.present.any()
+        ]
+
+    def _ends(self, node: ast.VectorSelector | ast.SubqueryExpr) -> TimeArray:
         """Where each step looks from: its time (or the ``@`` time), less the offset."""
-        at = selector.at
+        at = node.at
         if at is None:
             ends = self.times_ms
         elif at.type == ast.AtModifierType.Start:
@@ -97,7 +138,7 @@ class Evaluator:
         else:
             assert at.at is not None
             ends = np.full(self.steps, round(at.at.timestamp() * 1000), dtype=np.int64)
-        return ends - millis(selector.offset)
+        return ends - millis(node.offset)
 
     def _read_key(self, selector: ast.VectorSelector, window_ms: int) -> ReadKey:
         ends = self._ends(selector)
@@ -137,6 +178,10 @@ class Evaluator:
         if isinstance(node, ast.MatrixSelector):
             selector, range_ms = node.vector_selector, millis(node.range)
             return RangeVector(self._read(self._read_key(selector, range_ms)))
+        if isinstance(node, ast.SubqueryExpr):
+            ends = self._ends(node)
+            window = (int(ends.max()) - millis(node.range), int(ends.max()))
+            return RangeVector([_window(raw, *window) for raw in self._subquery_series(node)])
         if isinstance(node, ast.UnaryExpr):
             return self._negate(self.eval(node.expr))
         if isinstance(node, ast.BinaryExpr):
@@ -268,13 +313,18 @@ class Evaluator:
             parameter = float(self._scalar(args[0], name).values[0])
             args = args[1:]
         matrix = args[0]
-        if not isinstance(matrix, ast.MatrixSelector):
-            raise PromQLError(f"expected a range vector selector in {name}()")
-        selector, range_ms = matrix.vector_selector, millis(matrix.range)
-        ends = self._ends(selector)
+        if isinstance(matrix, ast.SubqueryExpr):
+            range_ms, ends = millis(matrix.range), self._ends(matrix)
+            found = self._subquery_series(matrix)
+        elif isinstance(matrix, ast.MatrixSelector):
+            selector, range_ms = matrix.vector_selector, millis(matrix.range)
+            ends = self._ends(selector)
+            found = self._read(self._read_key(selector, range_ms))
+        else:
+            raise PromQLError(f"expected a range vector in {name}()")
         function = RANGE_FUNCTIONS[name]
         out: Vector = []
-        for raw in self._read(self._read_key(selector, range_ms)):
+        for raw in found:
             self._check_deadline()
             values, present = function(raw, ends, range_ms, parameter)
             labels = raw.labels if name in KEEPS_NAME else without_name(raw.labels)
@@ -282,25 +332,23 @@ class Evaluator:
         return merge_same_labels(out)
 
 
-def _selectors(node: Any) -> Iterator[tuple[ast.VectorSelector, int]]:
-    """Every selector of the expression with the window it reads before each step: its
-    range, or the lookback of an instant selector."""
-    if isinstance(node, ast.MatrixSelector):
-        yield node.vector_selector, millis(node.range)
-    elif isinstance(node, ast.VectorSelector):
-        yield node, LOOKBACK_MS
-    elif isinstance(node, ast.BinaryExpr):
-        yield from _selectors(node.lhs)
-        yield from _selectors(node.rhs)
-    elif isinstance(node, ast.AggregateExpr):
-        yield from _selectors(node.expr)
-        if node.param is not None:
-            yield from _selectors(node.param)
-    elif isinstance(node, ast.Call):
-        for arg in node.args:
-            yield from _selectors(arg)
-    elif isinstance(node, (ast.ParenExpr, ast.UnaryExpr)):
-        yield from _selectors(node.expr)
+def _children(node: Any) -> list[Any]:
+    """The operands of an expression node (parameters of aggregations included)."""
+    if isinstance(node, ast.BinaryExpr):
+        return [node.lhs, node.rhs]
+    if isinstance(node, ast.AggregateExpr):
+        return [node.expr] if node.param is None else [node.param, node.expr]
+    if isinstance(node, ast.Call):
+        return list(node.args)
+    if isinstance(node, (ast.ParenExpr, ast.UnaryExpr)):
+        return [node.expr]
+    return []
+
+
+def _window(raw: RawSeries, start_ms: int, end_ms: int) -> RawSeries:
+    """The samples of ``raw`` in ``(start_ms, end_ms]``."""
+    keep = (raw.times_ms > start_ms) & (raw.times_ms <= end_ms)
+    return RawSeries(raw.labels, raw.times_ms[keep], raw.values[keep])
 
 
 def _unwrap(node: ast.Expr) -> ast.Expr:

@@ -64,8 +64,6 @@ def _check_supported(node: ast.Expr) -> bool:
             f"aggregation {node.op}() is not supported by tuneloop's PromQL engine; "
             f"supported: {', '.join(sorted(AGGREGATIONS))}"
         )
-    if isinstance(node, ast.SubqueryExpr):
-        raise PromQLError("subqueries (expr[range:step]) are not supported by tuneloop's PromQL")
     if isinstance(node, ast.BinaryExpr) and str(node.op) == "atan2":
         raise PromQLError("the atan2 operator is not supported by tuneloop's PromQL engine")
     if isinstance(node, ast.VectorSelector) and node.matchers.or_matchers:
