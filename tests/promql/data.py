@@ -12,6 +12,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from tuneloop.step_timing import (
     PHASE_DURATION,
     SAMPLES_PER_SECOND,
@@ -122,7 +124,72 @@ def generate() -> list[GenSeries]:
             )
         )
     out.extend(_step_timing(rng))
+    out.extend(_recorded(rng))
     return out
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "collector" / "fixtures"
+NODE_FAMILIES = (
+    "node_network_receive_bytes_total",
+    "node_network_transmit_bytes_total",
+    "node_disk_read_bytes_total",
+    "node_disk_written_bytes_total",
+)
+
+
+def _recorded(rng: random.Random) -> list[GenSeries]:
+    """Every series of the recorded dcgm-exporter scrape (gpu-node-17, lowercase
+    ``hostname`` as that exporter sets it) and of the node-exporter families the Prometheus
+    Fleet dashboard reads, over the hour: gauges wander around the recorded value, counters
+    grow from it. A second host, gpu-node-18, has the same series."""
+    out: list[GenSeries] = []
+    times = _times()
+    for host in ("gpu-node-17", "gpu-node-18"):
+        for metric, labels, value, counter in _scrape(FIXTURES / "dcgm-exporter-metrics.txt"):
+            labels = {**labels, "hostname": host}
+            if host != "gpu-node-17":
+                labels["UUID"] = labels.get("UUID", "")[:-2] + "18"
+            out.append(GenSeries(metric, labels, counter, times, _walk(rng, value, counter)))
+        node = _scrape(FIXTURES / "node-exporter-metrics.txt")
+        received = [(labels, value) for m, labels, value, _ in node if m == NODE_FAMILIES[0]]
+        # The scrape recorded only the received bytes: the other families the dashboard
+        # reads are shaped after it (disks named as NVMe disks are).
+        for metric in NODE_FAMILIES:
+            for labels, value in received:
+                if metric.startswith("node_disk"):
+                    labels = {"device": labels["device"].replace("eth", "nvme").replace("ib", "sd")}
+                labels = {**labels, "hostname": host}
+                out.append(GenSeries(metric, labels, True, times, _walk(rng, value, True)))
+    return out
+
+
+def _scrape(path: Path) -> list[tuple[str, dict[str, str], float, bool]]:
+    text = path.read_text()
+    found = []
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            # The parser names counters ..._total; dcgm-exporter's do not end so.
+            name = sample.name
+            if f"\n{name}{{" not in text and f"\n{name} " not in text:
+                name = family.name
+            if math.isfinite(sample.value):
+                found.append((name, dict(sample.labels), sample.value, family.type == "counter"))
+    return found
+
+
+def _walk(rng: random.Random, value: float, counter: bool) -> list[float]:
+    if counter:
+        step = max(1.0, abs(value) * 1e-4)
+        total, values = value, []
+        for _ in range(POINTS):
+            total += round(rng.random() * step, 3)
+            values.append(total)
+        return values
+    # A phase of its own: GPUs that recorded one value do not tie (topk would pick either).
+    phase = rng.random() * 6
+    return [
+        round(value * (1 + 0.1 * math.sin(i / 13 + phase)) + rng.random(), 6) for i in range(POINTS)
+    ]
 
 
 def _step_timing(rng: random.Random) -> list[GenSeries]:
