@@ -8,10 +8,11 @@ and reshapes the answer into :class:`~alerts.conditions.Sample`.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from alerts.conditions import Sample, Seen, absent_groups, combine, ratios
-from alerts.rules import RuleDefinition, RuleKind
+from alerts.rules import RuleDefinition, RuleKind, UnlessSpec
 from tuneloop.storage.timeseries.functions import histogram_quantile, rate
 from tuneloop.storage.timeseries.query import Bind, latest, query_range
 from tuneloop.storage.timeseries.types import Aggregation, RangeSeries
@@ -32,7 +33,43 @@ def evaluate_samples(
     bind: Bind, project_id: int, rule: RuleDefinition, now: datetime
 ) -> list[Sample]:
     """The rule's values at ``now``: per series, or per ``by`` group once combined. For an
-    ``absent`` rule, the silent groups (value: seconds of silence)."""
+    ``absent`` rule, the silent groups (value: seconds of silence). Samples whose
+    ``matching`` labels match a series of the rule's ``unless`` are left out."""
+    found = _samples(bind, project_id, rule, now)
+    unless = rule.query.unless
+    if unless is None or not found:
+        return found
+    start = now - timedelta(seconds=rule.query.window_s)
+    silencing = _silencing_keys(bind, project_id, unless, start, now + _EPSILON)
+    return [sample for sample in found if _on_key(sample.labels, unless.matching) not in silencing]
+
+
+def _silencing_keys(
+    bind: Bind, project_id: int, unless: UnlessSpec, start: datetime, end: datetime
+) -> set[tuple[str, ...]]:
+    answer = query_range(
+        bind,
+        project_id,
+        unless.metric,
+        unless.matchers,
+        start=start,
+        end=end,
+        step_s=WHOLE_WINDOW_STEP_S,
+        aggregation=Aggregation(unless.aggregation),
+        max_series=MAX_SERIES_PER_RULE,
+    )
+    return {
+        _on_key(item.series.labels, unless.matching)
+        for item in answer
+        if item.points and unless.passes(item.points[-1][1])
+    }
+
+
+def _on_key(labels: Mapping[str, str], on: Sequence[str]) -> tuple[str, ...]:
+    return tuple(labels.get(name, "") for name in on)
+
+
+def _samples(bind: Bind, project_id: int, rule: RuleDefinition, now: datetime) -> list[Sample]:
     query = rule.query
     window = timedelta(seconds=query.window_s)
     if rule.kind is RuleKind.ABSENT:
@@ -90,6 +127,7 @@ def _window_values(
             step_s=1,
             window_s=max(1, round((end - start).total_seconds())),
             max_series=MAX_SERIES_PER_RULE,
+            by=query.by,
         )
         return [
             Sample(group.labels, group.points[-1][1])

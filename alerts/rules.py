@@ -20,7 +20,13 @@ severity. Four kinds:
     with ``threshold`` (``> 1.2`` is "20% worse than its baseline").
 
 With ``by``, per-series values are combined per group (``combine``: ``max`` by default,
-``sum`` for ``rate``, ``avg`` for ``regression``) and the alert carries only the ``by`` labels.
+``sum`` for ``rate``, ``avg`` for ``regression``) and the alert carries only the ``by`` labels;
+``histogram_quantile`` with ``by`` adds the buckets of each group up first, as PromQL's
+``histogram_quantile(q, sum by (job, le) (rate(x_bucket[w])))``.
+
+``unless`` (PromQL's ``unless on (...)``) drops the alerts whose ``matching`` labels equal
+those of a series of another metric in the same window: with ``op`` and ``threshold``, one
+whose aggregated value passes the comparison; without, any that reported.
 """
 
 from __future__ import annotations
@@ -90,6 +96,60 @@ def duration_s(text: str | float | int, *, allow_zero: bool = False) -> int:
     return parse_duration(spelled)
 
 
+class UnlessSpec(BaseModel):
+    """Another metric that, present (and passing ``op threshold``) in the rule's window on
+    the same ``matching`` labels, silences the rule's alert. (Not ``on``: YAML reads that key
+    as ``true``.)"""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    metric: str
+    matching: list[str]
+    match: list[str] = Field(default_factory=list)
+    aggregation: Literal["last", "avg", "min", "max"] = "last"
+    op: Comparison | None = None
+    threshold: float | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, value: str) -> str:
+        if not METRIC_NAME_RE.fullmatch(value):
+            raise ValueError(f"invalid metric name {value!r}")
+        return value
+
+    @field_validator("matching")
+    @classmethod
+    def _matching(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("unless needs matching: the labels to match on")
+        for name in value:
+            if not LABEL_NAME_RE.fullmatch(name):
+                raise ValueError(f"invalid label name {name!r} in matching")
+        return value
+
+    @field_validator("match")
+    @classmethod
+    def _match(cls, value: list[str]) -> list[str]:
+        for text in value:
+            parse_matcher(text)
+        return value
+
+    @model_validator(mode="after")
+    def _shape(self) -> UnlessSpec:
+        if (self.op is None) != (self.threshold is None):
+            raise ValueError("unless takes op and threshold together, or neither")
+        return self
+
+    @property
+    def matchers(self) -> list[Matcher]:
+        return [parse_matcher(text) for text in self.match]
+
+    def passes(self, value: float) -> bool:
+        if self.op is None or self.threshold is None:
+            return True
+        return _COMPARE[self.op](value, self.threshold)
+
+
 class QuerySpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -104,6 +164,7 @@ class QuerySpec(BaseModel):
     """``regression``: how far before the recent window the baseline reaches."""
     lookback: str = "1h"
     """``absent``: a series that reported within this long counts as expected."""
+    unless: UnlessSpec | None = None
 
     @field_validator("metric")
     @classmethod
@@ -221,6 +282,8 @@ class RuleDefinition(BaseModel):
             raise ValueError(f"a {self.kind.value} rule takes no aggregation")
         if self.kind is RuleKind.REGRESSION and query.aggregation == "histogram_quantile":
             raise ValueError("a regression rule compares stored samples, not histograms")
+        if query.unless is not None and self.kind in (RuleKind.ABSENT, RuleKind.REGRESSION):
+            raise ValueError(f"a {self.kind.value} rule takes no unless")
         if query.combine is not None and query.by is None:
             raise ValueError("combine needs by: the labels whose groups it combines")
         return self
@@ -303,6 +366,9 @@ def check_metrics(rule: RuleDefinition, lookup: MetricLookup) -> None:
         )
     if rule.kind is RuleKind.RATE and info.kind is not SeriesKind.COUNTER:
         raise RuleError(f"rule {rule.name}: rate needs a counter, and {read!r} is a gauge")
+    unless = rule.query.unless
+    if unless is not None and lookup(unless.metric) is None:
+        raise RuleError(f"rule {rule.name}: unknown metric {unless.metric!r} in unless")
 
 
 # --------------------------------------------------------------------------- parsing

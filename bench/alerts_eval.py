@@ -1,6 +1,6 @@
 """Alerting benchmark: evaluation time of the default GPU-fleet pack, and notification delay.
 
-1. **Evaluation**: one pass of the default pack (``alerts/pack/gpu-fleet.yaml``, 16 rules)
+1. **Evaluation**: one pass of the default pack (``alerts/pack/gpu-fleet.yaml``, 19 rules)
    over 10,000 dcgm-exporter series (8 metrics x 1,250 GPUs on 157 hosts, a sample every 15 s
    for the last 70 minutes; a few GPUs breach so alerts fire), against the baseline of the
    plain latest-value query (``latest``) over the same 10,000 series, interleaved, in the same
@@ -99,7 +99,7 @@ def fleet(series: int) -> list[SeriesBatch]:
             "UUID": f"GPU-{index:08d}",
             "device": f"nvidia{index % GPUS_PER_HOST}",
             "modelName": "NVIDIA H100 80GB HBM3",
-            "hostname": f"gpu-node-{index // GPUS_PER_HOST}",
+            "Hostname": f"gpu-node-{index // GPUS_PER_HOST}",
             "pod": f"train-{index // 64}",
         }
         for metric, kind, level in METRICS:
@@ -288,7 +288,7 @@ def measure_delay(trials: int) -> DelayRow:
         try:
             for trial in range(trials):
                 gpu = str(trial)
-                labels = {"gpu": gpu, "hostname": "n1"}
+                labels = {"gpu": gpu, "Hostname": "n1"}
                 # Start anywhere within an evaluation interval, as a real condition would.
                 time.sleep(rng.uniform(0, interval_s))
                 started = time.monotonic()

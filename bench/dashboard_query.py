@@ -92,7 +92,7 @@ def fill(engine: Engine, series: int, start: datetime, end: datetime, step_s: in
                            'UUID', 'GPU-' || i,
                            'device', 'nvidia' || (i % :per_host),
                            'modelName', 'NVIDIA H100 80GB HBM3',
-                           'hostname', 'gpu-node-' || (i / :per_host)),
+                           'Hostname', 'gpu-node-' || (i / :per_host)),
                        md5(i::text), 'gauge', now()
                 FROM generate_series(0, :count - 1) AS i
                 """
@@ -131,7 +131,7 @@ def roll_up(engine: Engine, start: datetime, end: datetime) -> None:
 
 def fleet_panel() -> tuple[str, int]:
     """The panel's SQL and its maxDataPoints."""
-    (panel,) = [p for p in fleet().panels if p["title"] == PANEL_TITLE]
+    (panel,) = [p for p in fleet().to_json()["panels"] if p["title"] == PANEL_TITLE]
     return str(panel["targets"][0]["rawSql"]), int(panel["maxDataPoints"])
 
 
@@ -158,13 +158,13 @@ def same_answer(queries: list[tuple[Engine, str]]) -> None:
 
 RAW_SQL = """
 SELECT $__timeGroupAlias(x.ts, $__interval),
-       (s.labels->>'hostname') || ' gpu ' || (s.labels->>'gpu') AS metric, avg(x.value) AS value
+       (s.labels->>'Hostname') || ' gpu ' || (s.labels->>'gpu') AS metric, avg(x.value) AS value
 FROM samples AS x
 JOIN series AS s ON s.id = x.series_id
 JOIN projects AS p ON p.id = s.project_id
 WHERE p.name = ${project:sqlstring} AND s.metric = 'DCGM_FI_DEV_GPU_UTIL'
   AND $__timeFilter(x.ts)
-  AND s.labels->>'hostname' IN (${host:sqlstring}) AND s.labels->>'gpu' IN (${gpu:sqlstring})
+  AND s.labels->>'Hostname' IN (${host:sqlstring}) AND s.labels->>'gpu' IN (${gpu:sqlstring})
 GROUP BY 1, 2
 ORDER BY 1, 2
 """
@@ -174,10 +174,10 @@ with ``$__timeGroup``."""
 
 PREVIOUS_SQL = """
 SELECT $__timeGroupAlias(bucket, $__interval),
-       (labels->>'hostname') || ' gpu ' || (labels->>'gpu') AS metric, avg AS value
+       (labels->>'Hostname') || ' gpu ' || (labels->>'gpu') AS metric, avg AS value
 FROM tuneloop_series(${project:sqlstring}, 'DCGM_FI_DEV_GPU_UTIL', $__timeFrom(), $__timeTo(),
                      $__interval_ms)
-WHERE labels->>'hostname' IN (${host:sqlstring}) AND labels->>'gpu' IN (${gpu:sqlstring})
+WHERE labels->>'Hostname' IN (${host:sqlstring}) AND labels->>'gpu' IN (${gpu:sqlstring})
 ORDER BY bucket, series_id
 """
 """The panel as revision 0006 shipped it: Grafana's numeric time expression for the bucket."""
@@ -230,7 +230,7 @@ def main() -> None:
             hosts = [
                 row[0]
                 for row in connection.execute(
-                    text("SELECT DISTINCT labels->>'hostname' FROM series ORDER BY 1")
+                    text("SELECT DISTINCT labels->>'Hostname' FROM series ORDER BY 1")
                 )
             ]
         engine.dispose()  # a database is copied only while no one is connected to it

@@ -14,8 +14,9 @@ def series_of(metric: str) -> str:
     )
 
 
-GPU_FILTER = "labels->>'hostname' IN (${host:sqlstring}) AND labels->>'gpu' IN (${gpu:sqlstring})"
-GPU_NAME = "(labels->>'hostname') || ' gpu ' || (labels->>'gpu')"
+# dcgm-exporter's label names: ``Hostname`` (not ``hostname``), ``gpu``.
+GPU_FILTER = "labels->>'Hostname' IN (${host:sqlstring}) AND labels->>'gpu' IN (${gpu:sqlstring})"
+GPU_NAME = "(labels->>'Hostname') || ' gpu ' || (labels->>'gpu')"
 JOB_FILTER = "labels->>'job' = ${job:sqlstring}"
 
 

@@ -1,23 +1,30 @@
-"""GPU cost accounting: GPU time, idle GPU time and energy per GPU, job, team and project.
+"""GPU cost accounting: GPU time, idle GPU time and energy per GPU (or MIG instance), job, team,
+namespace, pod and project.
 
 Definitions (the Cost dashboard's ``tuneloop_gpu_usage`` SQL function, migration 0005,
-computes the same figures on PostgreSQL; tests hold both to the same numbers):
+computes the same figures on PostgreSQL for whole GPUs; tests hold both to the same numbers):
 
-- A GPU is a ``DCGM_FI_DEV_GPU_UTIL`` series (dcgm-exporter's names, as every GPU source
-  stores them). It is **in use** for a minute whose start lies in ``[start, end)`` when it
-  reported utilization in that minute: each such minute counts 60 GPU-seconds. The minutes
-  come from the 1-minute rollups up to their watermark and from raw samples after it, so any
-  period the rollups keep (``TUNELOOP_ROLLUP_RETENTION_DAYS``) can be accounted.
+- A GPU is a ``DCGM_FI_DEV_GPU_UTIL`` series (dcgm-exporter's names and labels, as every GPU
+  source stores them). A MIG instance reports no ``DCGM_FI_DEV_GPU_UTIL``: it is a
+  ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` series (the graphics engine's active ratio, a profiling
+  field) without a ``DCGM_FI_DEV_GPU_UTIL`` series of the same labels, and so is any GPU whose
+  exporter sends only the profiling field. It is **in use** for a minute whose start lies in
+  ``[start, end)`` when it reported utilization in that minute: each such minute counts 60
+  GPU-seconds (a MIG instance's minute counts as one, whatever its share of the GPU). The
+  minutes come from the 1-minute rollups up to their watermark and from raw samples after it,
+  so any period the rollups keep (``TUNELOOP_ROLLUP_RETENTION_DAYS``) can be accounted.
 - An in-use minute is **idle** when the GPU's average utilization in it is below
-  ``idle_below`` percent (default 5).
+  ``idle_below`` percent (default 5); for the active ratio, below ``idle_below / 100``.
 - **Energy** is the increase of the GPU's ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` counter
   (millijoules since boot) over the samples in ``[start, end)``, each paired with the sample
   before it (for the first, the last one in the hour before ``start``); a decrease is a
   counter reset (driver reload, reboot) and counts the new value, as Prometheus' ``increase``
-  does. It is read from raw samples (``TUNELOOP_RETENTION_DAYS``).
+  does. It is read from raw samples (``TUNELOOP_RETENTION_DAYS``). The instances of a MIG GPU
+  each report the whole GPU's counter, so each is given an equal share of it.
 - A GPU's **job** is its series' ``job`` label (add it with a relabel rule, e.g. from
   dcgm-exporter's ``pod`` label); its **team** is its ``team`` label, else the ``team``
-  label of the job of that name in the project. GPUs without are reported under ``None``.
+  label of the job of that name in the project; its **namespace** and **pod** are
+  dcgm-exporter's ``namespace`` and ``pod`` labels. GPUs without are reported under ``None``.
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ from tuneloop.storage.timeseries.rollups import floor_time, partial_rows, read_w
 from tuneloop.storage.types import UTCDateTime
 
 UTILIZATION_METRIC = "DCGM_FI_DEV_GPU_UTIL"
+ACTIVITY_METRIC = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+"""A ratio (0-1): the utilization of MIG instances, which report no ``DCGM_FI_DEV_GPU_UTIL``."""
 ENERGY_METRIC = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 DEFAULT_IDLE_BELOW = 5.0
 MINUTE_S = 60
@@ -59,9 +68,17 @@ _series = cast(Table, Series.__table__)
 _jobs = cast(Table, Job.__table__)
 
 
+HOST_LABEL = "Hostname"
+UUID_LABEL = "UUID"
+MIG_INSTANCE_LABEL = "GPU_I_ID"
+MIG_PROFILE_LABEL = "GPU_I_PROFILE"
+
+
 class GroupBy(StrEnum):
     JOB = "job"
     TEAM = "team"
+    NAMESPACE = "namespace"
+    POD = "pod"
     PROJECT = "project"
     GPU = "gpu"
 
@@ -117,13 +134,25 @@ def gpu_usage(
         raise ValueError("end must be after start")
     with use_connection(bind) as connection:
         gpus = _series_of(connection, project_id, UTILIZATION_METRIC)
+        whole = {_key(labels) for _, labels in gpus}
+        active = [
+            (sid, labels)
+            for sid, labels in _series_of(connection, project_id, ACTIVITY_METRIC)
+            if _key(labels) not in whole
+        ]
         counters = _series_of(connection, project_id, ENERGY_METRIC)
         minutes = _minutes(connection, [sid for sid, _ in gpus], start, end, idle_below)
+        minutes.update(
+            _minutes(connection, [sid for sid, _ in active], start, end, idle_below / 100.0)
+        )
         energy = _energy(connection, [sid for sid, _ in counters], start, end)
         teams = _job_teams(connection, project_id)
-    energy_by_labels = {_key(labels): energy.get(sid) for sid, labels in counters}
+    shares = _mig_shares(labels for _, labels in counters)
+    energy_by_labels = {
+        _key(labels): _share(energy.get(sid), shares, labels) for sid, labels in counters
+    }
     found = []
-    for sid, labels in gpus:
+    for sid, labels in [*gpus, *active]:
         in_use, idle = minutes.get(sid, (0, 0))
         millijoules = energy_by_labels.get(_key(labels))
         if not in_use and millijoules is None:
@@ -174,10 +203,38 @@ def _group_key(usage: GpuUsage, by: GroupBy) -> str | None:
         return usage.job
     if by is GroupBy.TEAM:
         return usage.team
+    if by in (GroupBy.NAMESPACE, GroupBy.POD):
+        return usage.labels.get(by.value) or None
     if by is GroupBy.GPU:
-        labels = usage.labels
-        return f"{labels.get('hostname', '')}/{labels.get('gpu', '')}/{labels.get('UUID', '')}"
+        return gpu_key(usage.labels)
     return "project"
+
+
+def gpu_key(labels: Mapping[str, str]) -> str:
+    """``host/gpu/UUID``, and ``/<profile>/<instance>`` for a MIG instance."""
+    key = "/".join(labels.get(name, "") for name in (HOST_LABEL, "gpu", UUID_LABEL))
+    if MIG_INSTANCE_LABEL in labels:
+        key += f"/{labels.get(MIG_PROFILE_LABEL, '')}/{labels[MIG_INSTANCE_LABEL]}"
+    return key
+
+
+def _mig_shares(labels: Iterable[Mapping[str, str]]) -> dict[tuple[str, str], int]:
+    """(host, UUID) -> how many MIG instances of that GPU report its energy counter."""
+    instances: dict[tuple[str, str], set[str]] = {}
+    for item in labels:
+        if MIG_INSTANCE_LABEL in item:
+            gpu = (item.get(HOST_LABEL, ""), item.get(UUID_LABEL, ""))
+            instances.setdefault(gpu, set()).add(item[MIG_INSTANCE_LABEL])
+    return {gpu: len(ids) for gpu, ids in instances.items()}
+
+
+def _share(
+    millijoules: float | None, shares: Mapping[tuple[str, str], int], labels: Mapping[str, str]
+) -> float | None:
+    if millijoules is None or MIG_INSTANCE_LABEL not in labels:
+        return millijoules
+    gpu = (labels.get(HOST_LABEL, ""), labels.get(UUID_LABEL, ""))
+    return millijoules / shares.get(gpu, 1)
 
 
 def _key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

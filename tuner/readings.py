@@ -261,7 +261,7 @@ def gpu_memory(
     )
 
 
-_IDENTITY_LABELS: Final = ("hostname", UUID_LABEL, "gpu", "GPU_I_ID")
+_IDENTITY_LABELS: Final = ("Hostname", UUID_LABEL, "gpu", "GPU_I_ID")
 
 
 def _device(series: RangeSeries) -> frozenset[tuple[str, str]]:

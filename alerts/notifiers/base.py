@@ -103,7 +103,7 @@ class GroupMessage:
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def title(self) -> str:
-        """``[FIRING:2] GpuHot hostname=n1``, as Alertmanager's default title."""
+        """``[FIRING:2] GpuHot Hostname=n1``, as Alertmanager's default title."""
         firing = sum(alert.event == "firing" for alert in self.alerts)
         head = f"[FIRING:{firing}]" if firing else "[RESOLVED]"
         name = self.group_labels.get("alertname") or self.common_labels.get("alertname", "")

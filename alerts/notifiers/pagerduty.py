@@ -32,7 +32,7 @@ def event(alert: AlertMessage, config: PagerDutyConfig, external_url: str) -> di
         "dedup_key": alert.dedup_key,
         "payload": {
             "summary": summary[:SUMMARY_LIMIT],
-            "source": labels.get("hostname")
+            "source": labels.get("Hostname")
             or labels.get("instance")
             or labels.get("job")
             or "tuneloop",

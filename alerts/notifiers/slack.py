@@ -22,7 +22,11 @@ def payload(message: GroupMessage, config: SlackConfig) -> dict[str, Any]:
         mark = ":red_circle:" if alert.event == "firing" else ":large_green_circle:"
         summary = alert.annotations.get("summary") or alert.labels.get("alertname", "")
         line = f"{mark} *{summary}*"
-        if runbook := alert.annotations.get("runbook"):
+        if description := alert.annotations.get("description"):
+            line += f"\n    {description}"
+        # The pack links runbooks (runbook_url, as PagerDuty and Alertmanager read them);
+        # older rules wrote the steps inline (runbook).
+        if runbook := alert.annotations.get("runbook_url") or alert.annotations.get("runbook"):
             line += f"\n    runbook: {runbook}"
         lines.append(line)
     text = "\n".join(lines)

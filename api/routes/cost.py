@@ -1,4 +1,4 @@
-"""GPU cost of a project over a period, per job, team or GPU::
+"""GPU cost of a project over a period, per job, team, namespace, pod or GPU (MIG instance)::
 
     curl -G -H "Authorization: Bearer $TOKEN" localhost:8000/api/v1/projects/vision/cost \\
         --data-urlencode start=2026-11-01T00:00:00Z --data-urlencode end=2026-12-01T00:00:00Z \\

@@ -63,7 +63,7 @@ class AlertOut(BaseModel):
 
 class SilenceCreate(BaseModel):
     matchers: list[str] = Field(
-        min_length=1, examples=[['alertname="GpuXidError"', 'hostname="n1"']]
+        min_length=1, examples=[['alertname="GpuXidError"', 'Hostname="n1"']]
     )
     starts_at: AwareDatetime | None = Field(default=None, description="Default: now")
     ends_at: AwareDatetime | None = None
@@ -123,7 +123,7 @@ class ReceiverOut(BaseModel):
 class InhibitionCreate(BaseModel):
     source: list[str] = Field(min_length=1, examples=[['alertname="GpuNodeDown"']])
     target: list[str] = Field(min_length=1, examples=[['gpu=~".+"']])
-    equal: list[str] = Field(default_factory=list, examples=[["hostname"]])
+    equal: list[str] = Field(default_factory=list, examples=[["Hostname"]])
 
 
 class InhibitionOut(BaseModel):

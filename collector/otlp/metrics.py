@@ -66,6 +66,7 @@ from collector.otlp.series_cache import (
 )
 from collector.otlp.shapes import Recorded
 from collector.otlp.wire import from_object, has_no_time_or_value, number_points
+from collector.sources.dcgm_fields import DCGM_PREFIX, is_blank_reading
 from tuneloop.storage.timeseries.types import SeriesBatch, SeriesKind
 from tuneloop.storage.timeseries.writer import MAX_METRIC_LENGTH
 
@@ -211,6 +212,9 @@ class _Mapper:
             bad_temporality = temporality not in (_DELTA, _CUMULATIVE)
             delta = temporality == _DELTA
         known = self.cache.series_of(scope_key, name)
+        # DCGM's blank sentinels ("not supported" as 9223372036854775794) are no readings,
+        # whichever path dcgm-exporter's families take to tuneloop.
+        dcgm = name.startswith(DCGM_PREFIX)
         times, now = self.times, self.now
         builder = self.builder
         lists_of = builder.lists_of
@@ -252,6 +256,8 @@ class _Mapper:
                     raise Rejected("missing_value", _MISSING_VALUE)
                 if value - value:  # NaN or infinite (finite: 0.0)
                     check_finite(value, "value")
+                if dcgm and is_blank_reading(value):
+                    continue
                 if bad_temporality:
                     _temporality(metric.sum.aggregation_temporality)
                 if delta:

@@ -22,6 +22,8 @@ from tuneloop.storage.timeseries.types import SeriesKind
 log = logging.getLogger(__name__)
 
 DEFAULT_COUNTERS_RESOURCE = "data/dcgm-default-counters.csv"
+DCGM_PREFIX = "DCGM_"
+"""Every family dcgm-exporter emits starts so (``DCGM_FI_*`` fields, ``DCGM_EXP_*`` its own)."""
 
 # DCGM's "no value" sentinels (dcgmvalue.py / dcgm_structs.h). DCGM_*_BLANK + 1, + 2, + 3 mean
 # not found, not supported, not permissioned; everything at or above the base is a blank.
@@ -174,3 +176,18 @@ def is_blank(value: object) -> bool:
     if isinstance(value, str):
         return value.startswith("<<<") and ">>>" in value
     return False
+
+
+def is_blank_reading(value: float) -> bool:
+    """True for a DCGM sentinel read back from an exposition text, where every number is a
+    float: the int64 band (9223372036854775792 and up, ``9223372036854775794`` is "not
+    supported"), the int32 band and the four fp64 sentinels from 2**47. Only the exact
+    sentinels, so a large counter of real data (energy in mJ) is never dropped."""
+    value = float(value)
+    if math.isnan(value) or value >= float(DCGM_INT64_BLANK):
+        return True
+    if not value.is_integer():
+        return False
+    return DCGM_INT32_BLANK <= value <= DCGM_INT32_MAX or (
+        DCGM_FP64_BLANK <= value <= DCGM_FP64_BLANK + 3
+    )

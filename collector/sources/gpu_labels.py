@@ -2,10 +2,16 @@
 
 dcgm-exporter renders GPU metrics with the labels, in this order: ``gpu``, ``UUID``,
 ``pci_bus_id``, ``device`` (``nvidia<gpu>``), ``modelName``, then ``GPU_I_PROFILE`` and
-``GPU_I_ID`` for MIG instances only, ``hostname``, then label-type counter rows
+``GPU_I_ID`` for MIG instances only, ``Hostname``, then label-type counter rows
 (``DCGM_FI_DRIVER_VERSION``), then per-metric attributes (``err_code``/``err_msg`` on
 ``DCGM_FI_DEV_XID_ERRORS``). Label order carries no meaning in Prometheus, but keeping it makes
 our series print exactly like dcgm-exporter's, which eases side-by-side checks.
+
+These names are tuneloop's one label vocabulary: every source, rule, inhibit rule, notifier and
+cost figure keys on them. The host is ``Hostname``, as dcgm-exporter spelled it until May 2026
+and as most deployed exporters still emit it; the newer exporters' ``hostname`` is renamed to
+it on the scrape path (:func:`normalize_host`). Empty label values are never emitted: Prometheus
+treats an empty label as an absent one.
 """
 
 from __future__ import annotations
@@ -20,7 +26,12 @@ DEVICE = "device"
 MODEL_NAME = "modelName"
 MIG_PROFILE = "GPU_I_PROFILE"
 MIG_INSTANCE_ID = "GPU_I_ID"
-HOSTNAME = "hostname"
+HOSTNAME = "Hostname"
+NEW_HOSTNAME = "hostname"
+"""How dcgm-exporter names the host label since May 2026."""
+NAMESPACE = "namespace"
+POD = "pod"
+CONTAINER = "container"
 XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
 
 UNKNOWN_XID = "Unknown Error"
@@ -131,7 +142,21 @@ def gpu_labels(
     for source in (extra or {}), (attributes or {}):
         for key, value in source.items():
             labels.setdefault(key, value)
-    return labels
+    return present(labels)
+
+
+def present(labels: Mapping[str, str]) -> dict[str, str]:
+    """``labels`` without the empty ones, which Prometheus drops (``pod=""`` is no pod)."""
+    return {name: value for name, value in labels.items() if value != ""}
+
+
+def normalize_host(labels: dict[str, str]) -> dict[str, str]:
+    """dcgm-exporter's post-May-2026 ``hostname`` renamed to the vocabulary's ``Hostname``, in
+    its place in the label order; a series that carries both keeps both (its ``Hostname`` is
+    the host)."""
+    if NEW_HOSTNAME not in labels or HOSTNAME in labels:
+        return labels
+    return {(HOSTNAME if name == NEW_HOSTNAME else name): value for name, value in labels.items()}
 
 
 def xid_attributes(code: int) -> dict[str, str]:

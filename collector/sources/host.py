@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 from collector.points import Point
+from collector.sources.gpu_labels import HOSTNAME
 from tuneloop.storage.timeseries.types import SeriesKind
 
 _NET_FIELDS = {
@@ -56,7 +57,7 @@ class HostSource:
 
     def _counter(self, metric: str, labels: dict[str, str], now: datetime, value: float) -> Point:
         return Point(
-            metric, {**labels, "hostname": self._hostname}, now, float(value), SeriesKind.COUNTER
+            metric, {**labels, HOSTNAME: self._hostname}, now, float(value), SeriesKind.COUNTER
         )
 
     def _network(self, now: datetime) -> Iterator[Point]:

@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 from collector.points import Point
+from collector.sources.gpu_labels import HOSTNAME, present
 from tuneloop.storage.timeseries.types import SeriesKind
 
 log = logging.getLogger(__name__)
@@ -123,19 +124,21 @@ class InfinibandSource:
         return points
 
     def _device(self, device: Path, now: datetime) -> Iterator[Point]:
-        info = {
-            "device": device.name,
-            "board_id": _read_text(device / "board_id") or "",
-            "firmware_version": _read_text(device / "fw_ver") or "",
-            "hca_type": _read_text(device / "hca_type") or "",
-            "hostname": self._hostname,
-        }
+        info = present(
+            {
+                "device": device.name,
+                "board_id": _read_text(device / "board_id") or "",
+                "firmware_version": _read_text(device / "fw_ver") or "",
+                "hca_type": _read_text(device / "hca_type") or "",
+                HOSTNAME: self._hostname,
+            }
+        )
         yield Point(PREFIX + "info", info, now, 1.0, SeriesKind.GAUGE)
         ports = device / "ports"
         if not ports.is_dir():
             return
         for port in sorted(_sorted_dirs(ports), key=_port_order):
-            labels = {"device": device.name, "port": port.name, "hostname": self._hostname}
+            labels = {"device": device.name, "port": port.name, HOSTNAME: self._hostname}
             yield from self._port_state(port, labels, now)
             for filename, (metric, multiplier) in PORT_COUNTERS.items():
                 value = _read_uint(port / "counters" / filename)

@@ -11,6 +11,12 @@ or dcgm-exporter's dashboards would not find their series. Kinds: samples of cou
 of untyped families ending in ``_total``, and histogram/summary ``_bucket``/``_count``/``_sum``
 are counters; the rest are gauges. Sample timestamps are kept when present, else ``now``.
 
+Labels with an empty value are dropped, as Prometheus does (``pod=""`` is no pod). Samples of
+dcgm-exporter's families (``DCGM_*``) are brought to tuneloop's label vocabulary (see
+``collector.sources.gpu_labels``): the newer exporters' ``hostname`` becomes ``Hostname``, and
+DCGM's blank sentinels (``9223372036854775794``, "not supported", printed as a temperature by
+some exporter versions) are dropped, counted with the unusable samples.
+
 HTTP errors, timeouts and refused connections raise ``ScrapeError`` so the runner records the
 source as down.
 """
@@ -30,6 +36,8 @@ from prometheus_client.openmetrics import parser as openmetrics_parser
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.points import Point
+from collector.sources.dcgm_fields import DCGM_PREFIX, is_blank_reading
+from collector.sources.gpu_labels import normalize_host, present
 from tuneloop.storage.timeseries.types import SeriesKind
 
 log = logging.getLogger(__name__)
@@ -174,7 +182,11 @@ def _to_point(
     number = float(value)
     if not math.isfinite(number):
         return None
-    labels = dict(sample.labels)
+    labels = present(sample.labels)
+    if name.startswith(DCGM_PREFIX):
+        if is_blank_reading(number):
+            return None
+        labels = normalize_host(labels)
     if extra_labels:
         for key, label_value in extra_labels.items():
             if key in labels:  # as Prometheus does: the exporter's own value is kept aside

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from grafana_foundation_sdk.builders import dashboard as builders
+from grafana_foundation_sdk.models import dashboard as model
+
 from dashboards.board import PROJECT_VARIABLE, Board
 
 USAGE = (
@@ -30,33 +33,41 @@ def cost() -> Board:
         "energy from the DCGM energy counters, per team, job and project, over the period.",
         variables=[
             PROJECT_VARIABLE,
-            {
-                "name": "idle_below",
-                "label": "Idle below (%)",
-                "type": "custom",
-                "query": "1,5,10",
-                "current": {"text": "5", "value": "5"},
-                "options": [
-                    {"text": v, "value": v, "selected": v == "5"} for v in ("1", "5", "10")
-                ],
-                "multi": False,
-                "includeAll": False,
-                "hide": 0,
-            },
+            builders.CustomVariable("idle_below")
+            .label("Idle below (%)")
+            .values("1,5,10")
+            .current(model.VariableOption(text="5", value="5")),
         ],
         time_from="now-30d",
     )
     board.add(
         "stat",
         "Project total",
+        "GPU-hours, idle GPU-hours and energy (kWh) of every GPU of the project over the "
+        "dashboard's time range.",
         "SELECT round((sum(gpu_seconds) / 3600)::numeric, 3) AS gpu_hours,\n"
         "       round((sum(idle_gpu_seconds) / 3600)::numeric, 3) AS idle_gpu_hours,\n"
         "       round((sum(energy_joules) / 3600000)::numeric, 3) AS energy_kwh\n"
         f"FROM {USAGE}",
+        unit="none",
         fmt="table",
         width=24,
         height=5,
     )
-    board.add("table", "Per team", cost_by("team", "team"), fmt="table")
-    board.add("table", "Per job", cost_by("job", "job"), fmt="table")
+    board.add(
+        "table",
+        "Per team",
+        "The same figures per team: the GPU series' team label, else its job's team.",
+        cost_by("team", "team"),
+        unit="none",
+        fmt="table",
+    )
+    board.add(
+        "table",
+        "Per job",
+        "The same figures per job: the GPU series' job label.",
+        cost_by("job", "job"),
+        unit="none",
+        fmt="table",
+    )
     return board

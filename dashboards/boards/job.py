@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dashboards.board import PROJECT_VARIABLE, Board, annotation, query_variable, timeseries
+from dashboards.board import PROJECT_VARIABLE, Board, annotation, query_variable
 from dashboards.panel_sql import GPU_NAME, JOB_FILTER, gauge_sql, grouped_sql
 
 JOBS_OF_PROJECT = (
@@ -56,26 +56,32 @@ def job() -> Board:
     board.add(
         "timeseries",
         "Step time per rank",
+        "Mean training step time of each rank of the job per interval; one slow rank "
+        "holds back all others.",
         gauge_sql("tuneloop_step_duration_seconds", "'rank ' || (labels->>'rank')", JOB_FILTER),
-        **timeseries("s"),
+        unit="s",
     )
     board.add(
         "timeseries",
         "Step phases (mean over ranks)",
+        "Where a step's time goes (data loading, forward, backward, optimizer...), "
+        "averaged over the ranks.",
         grouped_sql(
             "tuneloop_step_phase_seconds", "labels->>'phase'", JOB_FILTER, "sum(sum) / sum(count)"
         ),
-        **timeseries("s"),
+        unit="s",
     )
     board.add(
         "timeseries",
         "Samples per second (all ranks)",
+        "Training throughput: the samples per second of all ranks together.",
         grouped_sql("tuneloop_samples_per_second", "'samples/s'", JOB_FILTER, "sum(avg)"),
-        **timeseries("none"),
+        unit="none",
     )
     board.add(
         "timeseries",
         "Goodput measured per trial",
+        "The goodput each completed tuner trial measured, per study.",
         "SELECT t.completed_at AS time, st.name AS metric, t.value AS value\n"
         "FROM trials AS t JOIN studies AS st ON st.id = t.study_id\n"
         "JOIN jobs AS j ON j.id = st.job_id JOIN projects AS p ON p.id = j.project_id\n"
@@ -83,13 +89,15 @@ def job() -> Board:
         "  AND st.objective = 'goodput' AND t.state = 'complete'\n"
         "  AND $__timeFilter(t.completed_at)\n"
         "ORDER BY 1, 2",
-        **timeseries("none"),
+        unit="none",
     )
     board.add(
         "timeseries",
         "GPU utilization of the job's GPUs",
+        "Utilization of the GPUs whose job label is this job (dcgm-exporter's "
+        "DCGM_FI_DEV_GPU_UTIL).",
         gauge_sql("DCGM_FI_DEV_GPU_UTIL", GPU_NAME, JOB_FILTER),
-        **timeseries("percent"),
+        unit="percent",
         width=24,
     )
     return board

@@ -53,9 +53,9 @@ def test_check_and_load(cli: CliRunner, tmp_path: Path, database_file: str) -> N
 
     loaded = cli.invoke(app, ["alerts", "load", str(good), "--pack"])
     assert loaded.exit_code == 0, loaded.stderr
-    assert "1 created" in loaded.stdout and "16 created" in loaded.stdout
+    assert "1 created" in loaded.stdout and "19 created" in loaded.stdout
     again = cli.invoke(app, ["alerts", "load", "--pack"])
-    assert "0 created, 0 updated, 16 unchanged, 0 deleted" in again.stdout
+    assert "0 created, 0 updated, 19 unchanged, 0 deleted" in again.stdout
     failed = cli.invoke(app, ["alerts", "load", str(bad)])
     assert failed.exit_code == 1
 
@@ -64,5 +64,5 @@ def test_check_and_load(cli: CliRunner, tmp_path: Path, database_file: str) -> N
         names = set(connection.execute(select(AlertRule.name)).scalars())
         inhibitions = connection.execute(select(AlertInhibition.origin)).scalars().all()
     engine.dispose()
-    assert {"Hot", "GpuXidError", "GpuNodeDown"} <= names and len(names) == 17
+    assert {"Hot", "GpuXidError", "GpuNodeDown"} <= names and len(names) == 20
     assert inhibitions == ["pack:gpu-fleet"]

@@ -42,7 +42,7 @@ HOT = {
     "threshold": 85,
     "severity": "critical",
     "annotations": {
-        "summary": "GPU {{ $labels.gpu }} on {{ $labels.hostname }} at {{ $value }}C",
+        "summary": "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} at {{ $value }}C",
         "runbook_url": "https://runbooks.example/gpu-hot",
     },
 }
@@ -65,7 +65,7 @@ def receiver() -> Iterator[Receiver]:
 def fire_and_resolve(alerting: Alerting, dispatcher: Dispatcher, gpus: tuple[str, ...]) -> None:
     """Two GPUs go hot at 0 and cool down at 60; each step is dispatched."""
     for gpu in gpus:
-        alerting.write(TEMP, {"gpu": gpu, "hostname": "n1"}, [(0, 95.0), (60, 40.0)])
+        alerting.write(TEMP, {"gpu": gpu, "Hostname": "n1"}, [(0, 95.0), (60, 40.0)])
     alerting.evaluate(0)
     dispatcher.dispatch()
     assert dispatcher.drain()
@@ -78,7 +78,7 @@ def test_webhook_sends_alertmanager_payload_version_4(
     alerting: Alerting, receiver: Receiver
 ) -> None:
     alerting.rule(**HOT)
-    alerting.receiver("team-hook", f"{receiver.url}/alerts", group_by=["alertname", "hostname"])
+    alerting.receiver("team-hook", f"{receiver.url}/alerts", group_by=["alertname", "Hostname"])
     dispatcher = Dispatcher(alerting.sessions, external_url="http://tuneloop:8000")
     fire_and_resolve(alerting, dispatcher, ("0", "1"))
     firing, resolved = receiver.wait_for(2)
@@ -90,12 +90,12 @@ def test_webhook_sends_alertmanager_payload_version_4(
         "commonLabels", "commonAnnotations", "externalURL", "alerts",
     }  # fmt: skip
     assert body["version"] == "4"
-    assert body["groupKey"] == '{}/{}:{alertname="GpuHot", hostname="n1"}'
+    assert body["groupKey"] == '{}/{}:{Hostname="n1", alertname="GpuHot"}'
     assert body["truncatedAlerts"] == 0
     assert body["status"] == "firing"
     assert body["receiver"] == "team-hook"
-    assert body["groupLabels"] == {"alertname": "GpuHot", "hostname": "n1"}
-    assert body["commonLabels"] == {"alertname": "GpuHot", "hostname": "n1", "severity": "critical"}
+    assert body["groupLabels"] == {"alertname": "GpuHot", "Hostname": "n1"}
+    assert body["commonLabels"] == {"alertname": "GpuHot", "Hostname": "n1", "severity": "critical"}
     assert body["commonAnnotations"] == {"runbook_url": "https://runbooks.example/gpu-hot"}
     assert body["externalURL"] == "http://tuneloop:8000"
     assert len(body["alerts"]) == 2
@@ -105,7 +105,7 @@ def test_webhook_sends_alertmanager_payload_version_4(
         }  # fmt: skip
         assert alert["status"] == "firing"
         assert alert["labels"] == {
-            "alertname": "GpuHot", "severity": "critical", "gpu": gpu, "hostname": "n1"
+            "alertname": "GpuHot", "severity": "critical", "gpu": gpu, "Hostname": "n1"
         }  # fmt: skip
         assert alert["annotations"]["summary"] == f"GPU {gpu} on n1 at 95C"
         assert alert["startsAt"] == "2026-11-23T12:00:00Z"
@@ -168,7 +168,7 @@ def test_pagerduty_trigger_and_resolve_share_a_stable_dedup_key(
     receiver.script = [Reply(429, '{"status":"throttle"}', headers={"Retry-After": "0"})]
     clock = Clock()
     dispatcher = Dispatcher(alerting.sessions, clock=clock, rng=lambda: 0.0)
-    alerting.write(TEMP, {"gpu": "0", "hostname": "n1"}, [(0, 95.0), (60, 40.0)])
+    alerting.write(TEMP, {"gpu": "0", "Hostname": "n1"}, [(0, 95.0), (60, 40.0)])
     alerting.evaluate(0)
     dispatcher.dispatch()
     assert dispatcher.drain()
@@ -255,7 +255,7 @@ def test_5xx_is_retried_with_backoff_and_a_slow_receiver_blocks_no_one(
         alerting.receiver("healthy", healthy.url)
         clock = Clock()
         dispatcher = Dispatcher(alerting.sessions, clock=clock, rng=lambda: 1.0)
-        alerting.write(TEMP, {"gpu": "0", "hostname": "n1"}, [(0, 95.0)])
+        alerting.write(TEMP, {"gpu": "0", "Hostname": "n1"}, [(0, 95.0)])
         alerting.evaluate(0)
         started = time.monotonic()
         assert dispatcher.dispatch() == 3
@@ -286,7 +286,7 @@ def test_a_dispatcher_that_dies_mid_send_is_replaced_without_losing_it(
 ) -> None:
     alerting.rule(**HOT)
     alerting.receiver("hook", receiver.url)
-    alerting.write(TEMP, {"gpu": "0", "hostname": "n1"}, [(0, 95.0)])
+    alerting.write(TEMP, {"gpu": "0", "Hostname": "n1"}, [(0, 95.0)])
     alerting.evaluate(0)
     clock = Clock()
     dead = Dispatcher(alerting.sessions, clock=clock)
@@ -318,7 +318,7 @@ def test_the_periodic_tasks_evaluate_and_send_at_once(tmp_path: Path, receiver: 
                 session, project, name="hook", kind="webhook", config={"url": receiver.url}
             )
             project_id = project.id
-        batch = SeriesBatch(TEMP, {"gpu": "0", "hostname": "n1"}, [utcnow()], [97.0])
+        batch = SeriesBatch(TEMP, {"gpu": "0", "Hostname": "n1"}, [utcnow()], [97.0])
         SampleWriter(runtime.engine).write(project_id, [batch])
         run_evaluation(runtime)  # queues, then starts sending without waiting for run_notifications
         (received,) = receiver.wait_for(1)

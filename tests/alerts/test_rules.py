@@ -108,3 +108,35 @@ inhibit_rules:
     assert "rule B: " in message and "needs op and threshold" in message
     assert "rule A: defined more than once" in message
     assert "inhibit rule: source and target" in message
+
+
+@pytest.mark.parametrize(
+    ("unless", "message"),
+    [
+        ({"metric": "DCGM_EXP_XID_ERRORS_COUNT"}, "matching"),
+        ({"metric": "x", "matching": []}, "unless needs matching"),
+        ({"metric": "x", "matching": ["gpu"], "op": ">"}, "op and threshold together"),
+        ({"metric": "x", "matching": ["1gpu"]}, "invalid label name"),
+        ({"metric": "x", "matching": ["gpu"], "aggregation": "quantile"}, "aggregation"),
+    ],
+)
+def test_unless_is_checked(unless: dict[str, object], message: str) -> None:
+    rule = {
+        "name": "R",
+        "kind": "threshold",
+        "query": {"metric": "DCGM_FI_DEV_XID_ERRORS", "unless": unless},
+        "op": ">",
+        "threshold": 0,
+    }
+    with pytest.raises(RuleError, match=message):
+        parse_rule(rule)
+
+
+def test_an_absent_rule_takes_no_unless() -> None:
+    rule = {
+        "name": "R",
+        "kind": "absent",
+        "query": {"metric": "m", "unless": {"metric": "x", "matching": ["gpu"]}},
+    }
+    with pytest.raises(RuleError, match="takes no unless"):
+        parse_rule(rule)

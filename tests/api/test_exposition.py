@@ -37,7 +37,7 @@ HOSTILE = "quote \" backslash \\ newline \n and '; DROP TABLE series; --"
 def fleet(now: datetime) -> list[SeriesBatch]:
     """Job- and fleet-level series, each with older samples and a newest one."""
     stamps = [now - timedelta(seconds=s) for s in (90, 60, 30)]
-    gpu = {"gpu": "0", "UUID": "GPU-1", "hostname": "gpu-node-1", "modelName": "H100"}
+    gpu = {"gpu": "0", "UUID": "GPU-1", "Hostname": "gpu-node-1", "modelName": "H100"}
     return [
         SeriesBatch("DCGM_FI_DEV_GPU_UTIL", gpu, stamps, [10.0, 20.0, 87.0]),
         SeriesBatch("DCGM_FI_DEV_GPU_UTIL", {**gpu, "gpu": "1"}, stamps, [1.0, 2.0, 3.5]),
@@ -54,7 +54,7 @@ def fleet(now: datetime) -> list[SeriesBatch]:
         SeriesBatch(
             "train_tokens_total", {"job": "llama"}, stamps, [1, 2, 4096], SeriesKind.COUNTER
         ),
-        SeriesBatch("tuneloop_odd", {"hostname": HOSTILE}, stamps, [1.0, 2.0, float("inf")]),
+        SeriesBatch("tuneloop_odd", {"Hostname": HOSTILE}, stamps, [1.0, 2.0, float("inf")]),
         # Names only a relabel rule could make; sanitized as the OTLP receiver does.
         SeriesBatch("gpu.memory-used", {"k8s.pod.name": "p-1", "__meta": "m"}, stamps, [1, 2, 3]),
         # Too old for the default max_age of 5 minutes.
@@ -67,7 +67,7 @@ def expected_samples(
 ) -> dict[tuple[str, frozenset[tuple[str, str]]], tuple[float, int]]:
     """What the view must show: (name, labels) -> (value, timestamp in ms)."""
     millis = int((now - timedelta(seconds=30)).timestamp() * 1000)
-    gpu = {"gpu": "0", "UUID": "GPU-1", "hostname": "gpu-node-1", "modelName": "H100"}
+    gpu = {"gpu": "0", "UUID": "GPU-1", "Hostname": "gpu-node-1", "modelName": "H100"}
 
     def key(name: str, labels: dict[str, str]) -> tuple[str, frozenset[tuple[str, str]]]:
         return name, frozenset(labels.items())
@@ -78,7 +78,7 @@ def expected_samples(
         key("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", gpu): (2.25e9, millis),
         key("tuneloop_step_duration_seconds", {"job": "llama", "rank": "0"}): (0.5, millis),
         key("train_tokens_total", {"job": "llama"}): (4096.0, millis),
-        key("tuneloop_odd", {"hostname": HOSTILE}): (float("inf"), millis),
+        key("tuneloop_odd", {"Hostname": HOSTILE}): (float("inf"), millis),
         key("gpu_memory_used", {"k8s_pod_name": "p-1", "key__meta": "m"}): (3.0, millis),
     }
 
@@ -179,13 +179,15 @@ def scraped_series(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], tup
 
 
 def prometheus_dashboard_answers(
-    url: str, now: datetime
+    url: str, target: str, now: datetime
 ) -> dict[str, list[tuple[str, str, float]]]:
     """Every query of the Prometheus Fleet dashboard, expanded as Grafana's Prometheus data
-    source expands it, run by Prometheus: (hostname, gpu, value) per panel."""
+    source expands it, run by Prometheus: (Hostname, gpu, value) per panel."""
     board = json.loads((ROOT / "dashboards/fleet-prometheus.json").read_text())
     variables = {
-        "host": Variable(["gpu-node-1", "no.such|host"], multi=True, include_all=True),
+        "job": Variable([SCRAPE_JOB], multi=True, include_all=True),
+        "instance": Variable([target, "no.such:1"], multi=True, include_all=True),
+        "Hostname": Variable(["gpu-node-1", "no.such|host"], multi=True, include_all=True),
         "gpu": Variable(["0", "1"], multi=True, include_all=True),
     }
     grafana = GrafanaQuery(now - timedelta(hours=1), now, variables, max_data_points=200)
@@ -196,7 +198,7 @@ def prometheus_dashboard_answers(
             assert "$" not in expr, expr
             answers.setdefault(panel["title"], []).extend(
                 (
-                    item["metric"].get("hostname", ""),
+                    item["metric"].get("Hostname", ""),
                     item["metric"].get("gpu", ""),
                     float(item["value"][1]),
                 )
@@ -204,7 +206,7 @@ def prometheus_dashboard_answers(
             )
     for variable in board["templating"]["list"]:
         if variable["type"] == "query":  # label_values(...): Grafana asks the series API
-            text = grafana.expand_promql(variable["definition"])
+            text = grafana.expand_promql(variable["query"]["query"])
             assert text.startswith("label_values(")
     return answers
 
@@ -249,7 +251,7 @@ def test_a_real_prometheus_scrapes_what_the_store_holds(
                 time.sleep(0.2)
             (up,) = prom_query(prometheus_url, f'scrape_samples_scraped{{job="{SCRAPE_JOB}"}}')
             scraped = scraped_series(prometheus_url)
-            panels = prometheus_dashboard_answers(prometheus_url, now)
+            panels = prometheus_dashboard_answers(prometheus_url, target, now)
 
     expected = {
         (name, with_target_labels(labels, target)): value

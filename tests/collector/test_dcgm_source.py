@@ -124,7 +124,7 @@ def test_series_carry_dcgm_exporter_names_labels_and_kinds() -> None:
         ("pci_bus_id", "00000000:18:00.0"),
         ("device", "nvidia0"),
         ("modelName", "NVIDIA H100 80GB HBM3"),
-        ("hostname", "gpu-node-17"),
+        ("Hostname", "gpu-node-17"),
         ("DCGM_FI_DRIVER_VERSION", "570.133.20"),
     ]
     energy = points[("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", UUID0, "")]
@@ -174,7 +174,7 @@ def test_mig_gpu_is_reported_per_gpu_instance() -> None:
         ("modelName", "NVIDIA H100 80GB HBM3"),
         ("GPU_I_PROFILE", "4g.40gb"),
         ("GPU_I_ID", "1"),
-        ("hostname", "gpu-node-17"),
+        ("Hostname", "gpu-node-17"),
     ]
     assert points[("DCGM_FI_DEV_FB_USED", UUID2, "2")].labels["GPU_I_PROFILE"] == "3g.40gb"
     assert ("DCGM_FI_DEV_GPU_UTIL", UUID2, "1") not in points  # blank per instance

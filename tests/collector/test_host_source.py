@@ -47,7 +47,7 @@ def test_host_source_emits_node_exporter_counters_per_device() -> None:
     assert by_key[("node_disk_reads_completed_total", "nvme0n1")].value == 120
     assert by_key[("node_cpu_seconds_total", "1")].value == 0.5
     assert all(p.kind is SeriesKind.COUNTER for p in points)
-    assert all(p.labels["hostname"] == "gpu-node-1" and p.ts == NOW for p in points)
+    assert all(p.labels["Hostname"] == "gpu-node-1" and p.ts == NOW for p in points)
     assert len(points) == 2 * 8 + 4 + 2
 
 

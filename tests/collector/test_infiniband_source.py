@@ -65,7 +65,7 @@ def test_port_counters_follow_node_exporter(tmp_path: Path) -> None:
     received = one(points, "node_infiniband_port_data_received_bytes_total")
     assert received.value == 18247531808768 * 4  # words to bytes
     assert received.kind is SeriesKind.COUNTER
-    assert dict(received.labels) == {"device": "mlx5_0", "port": "1", "hostname": "gpu-node-17"}
+    assert dict(received.labels) == {"device": "mlx5_0", "port": "1", "Hostname": "gpu-node-17"}
     assert one(points, "node_infiniband_port_data_transmitted_bytes_total").value == (
         18304708544512 * 4
     )

@@ -87,7 +87,7 @@ def test_labels_follow_dcgm_exporter_order_and_spelling() -> None:
         ("pci_bus_id", "00000000:18:00.0"),  # decoded from the bytes older pynvml returns
         ("device", "nvidia0"),
         ("modelName", "NVIDIA H100 80GB HBM3"),
-        ("hostname", "gpu-node-17"),
+        ("Hostname", "gpu-node-17"),
         ("DCGM_FI_DRIVER_VERSION", "570.133.20"),
     ]
     assert points[("DCGM_FI_DEV_POWER_USAGE", GPU2, "")].labels["device"] == "nvidia7"  # minor
@@ -106,7 +106,7 @@ def test_mig_instances_carry_gpu_instance_labels() -> None:
         "modelName",
         "GPU_I_PROFILE",
         "GPU_I_ID",
-        "hostname",
+        "Hostname",
     ]
     assert first.labels["GPU_I_PROFILE"] == "4g.40gb"
     assert second.labels["GPU_I_PROFILE"] == "3g.40gb"

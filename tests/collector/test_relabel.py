@@ -12,6 +12,8 @@ import pytest
 from collector.relabel import RelabelConfigError, Relabeler, load_rules, parse_rules, relabel
 from tuneloop.storage.timeseries.types import SeriesBatch
 
+ROOT = Path(__file__).resolve().parents[2]
+
 T0 = datetime(2026, 11, 22, tzinfo=UTC)
 GPU = {"gpu": "0", "host": "node-7.example", "job": "train"}
 
@@ -278,3 +280,28 @@ def test_no_rules_is_a_pass_through() -> None:
     kept, dropped = Relabeler().apply(batches)
     assert kept[0] is batches[0] and dropped == 0
     assert not Relabeler()
+
+
+def test_the_documented_vocabulary_relabel() -> None:
+    rules = load_rules(ROOT / "docs/examples/relabel-vocabulary.yml")
+    other_names = {
+        "gpu": "0",
+        "node": "gpu-node-9",
+        "exported_pod": "vllm-llama3-70b-6d8f9c7b54-x2kqp",
+        "exported_namespace": "inference",
+        "pod": "dcgm-exporter-x7f2k",
+    }
+    assert relabel(rules, "DCGM_FI_DEV_GPU_UTIL", other_names) == {
+        "__name__": "DCGM_FI_DEV_GPU_UTIL",
+        "gpu": "0",
+        "Hostname": "gpu-node-9",
+        "pod": "vllm-llama3-70b-6d8f9c7b54-x2kqp",
+        "namespace": "inference",
+        "job": "vllm-llama3-70b",
+    }
+    # The vocabulary's own labels are left as they are.
+    ours = {"gpu": "1", "Hostname": "n1", "pod": "train-0", "job": "llama"}
+    assert relabel(rules, "DCGM_FI_DEV_GPU_UTIL", ours) == {
+        "__name__": "DCGM_FI_DEV_GPU_UTIL",
+        **ours,
+    }

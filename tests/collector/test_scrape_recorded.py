@@ -84,3 +84,58 @@ def test_live_endpoint_serving_the_capture(capture_url: str) -> None:
         source.shutdown()
     assert len(points) == 25
     assert all(p.labels["pod"] == "cuda-75454ffb9f-8ljq7" for p in points)
+
+
+HOSTNAME_MIG_XID = (FIXTURES / "dcgm-exporter-hostname-mig-xid.txt").read_text()
+
+
+def test_vocabulary_capture_mig_instances_xid_counters_and_no_sentinel() -> None:
+    result = parse_exposition(HOSTNAME_MIG_XID, NOW)
+    assert result.dropped_lines == 0
+    # The MIG instances' "not supported" memory temperatures are no readings.
+    assert result.dropped_samples == 2
+    memory = [p for p in result.points if p.metric == "DCGM_FI_DEV_MEMORY_TEMP"]
+    assert sorted(p.value for p in memory) == [30.0, 55.0, 71.0]
+    assert all(p.labels["Hostname"] == "gpu-node-42" for p in result.points)
+    # Empty pod, namespace and container labels (an idle GPU) are no labels.
+    idle = next(p for p in result.points if p.metric == "DCGM_FI_DEV_GPU_UTIL" and p.value == 0)
+    assert "pod" not in idle.labels and "namespace" not in idle.labels
+    assert all("" not in p.labels.values() for p in result.points)
+    (counted,) = [p for p in result.points if p.metric == "DCGM_EXP_XID_ERRORS_COUNT"]
+    assert (counted.labels["xid"], counted.labels["gpu"], counted.value) == ("48", "1", 2.0)
+    assert counted.kind is SeriesKind.COUNTER
+    slices = {
+        (p.labels["GPU_I_PROFILE"], p.labels["GPU_I_ID"])
+        for p in result.points
+        if p.metric == "DCGM_FI_PROF_GR_ENGINE_ACTIVE" and "GPU_I_ID" in p.labels
+    }
+    assert slices == {("3g.40gb", "1"), ("1g.10gb", "9")}
+
+
+def test_the_newer_hostname_and_empty_labels_on_the_real_captures() -> None:
+    newer = parse_exposition((FIXTURES / "dcgm-exporter-metrics.txt").read_text(), NOW)
+    assert {p.labels.get("Hostname") for p in newer.points} == {"gpu-node-17"}
+    assert not any("hostname" in p.labels for p in newer.points)
+    # The Kubernetes capture's pod_uid="" is dropped, as Prometheus drops it.
+    assert not any("pod_uid" in p.labels for p in parse_exposition(K8S, NOW).points)
+
+
+def test_a_sentinel_is_dropped_only_from_dcgm_families() -> None:
+    text = (
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",hostname="n1"} 9223372036854775794\n'
+        'DCGM_FI_DEV_GPU_TEMP{gpu="1",hostname="n1"} 2147483632\n'
+        'DCGM_FI_DEV_GPU_TEMP{gpu="2",hostname="n1"} 140737488355328.000000\n'
+        'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0",hostname="n1"} 2147483700\n'
+        'node_network_receive_bytes_total{device="eth0",hostname="n1"} 9223372036854775794\n'
+    )
+    result = parse_exposition(text, NOW)
+    assert result.dropped_samples == 3
+    kept = {(p.metric, p.value): dict(p.labels) for p in result.points}
+    assert kept == {
+        ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 2147483700.0): {"gpu": "0", "Hostname": "n1"},
+        # Not dcgm-exporter's: its names and values are its own.
+        ("node_network_receive_bytes_total", 9223372036854775794.0): {
+            "device": "eth0",
+            "hostname": "n1",
+        },
+    }

@@ -52,7 +52,7 @@ def test_recorded_dcgm_exporter_page_is_ingested_whole() -> None:
         "pci_bus_id",
         "device",
         "modelName",
-        "hostname",
+        "Hostname",
         "DCGM_FI_DRIVER_VERSION",
         "pod",
         "namespace",

@@ -67,7 +67,7 @@ class Gpu:
             "UUID": f"GPU-{len(self.host):04d}-{self.base:.0f}",
             "device": f"nvidia{self.gpu}",
             "modelName": "NVIDIA H100 80GB HBM3",
-            "hostname": self.host,
+            "Hostname": self.host,
         }
         if self.job is not None:
             labels["job"] = self.job
@@ -173,7 +173,7 @@ def host_batches() -> list[SeriesBatch]:
     values = [NETWORK_BYTES_PER_S * (at - T0).total_seconds() for at in stamps]
     return [
         SeriesBatch(
-            metric, {"device": device, "hostname": "gpu-node-1"}, stamps, values, SeriesKind.COUNTER
+            metric, {"device": device, "Hostname": "gpu-node-1"}, stamps, values, SeriesKind.COUNTER
         )
         for metric, device in (
             ("node_network_receive_bytes_total", "eth0"),

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "dashboards"
 PROVISIONING = DASHBOARDS / "provisioning"
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-POSTGRES_DS = {"type": "grafana-postgresql-datasource", "uid": "tuneloop-postgres"}
+POSTGRES_DS = {"type": "grafana-postgresql-datasource", "uid": "${datasource}"}
 PROMETHEUS_DS = {"type": "prometheus", "uid": "${datasource}"}
 
 _DATASOURCE_REF = {
@@ -65,7 +65,7 @@ DASHBOARD_SCHEMA: dict[str, Any] = {
                         "type": "object",
                         "required": ["name", "type"],
                         "properties": {
-                            "name": {"type": "string", "pattern": "^[a-z_]+$"},
+                            "name": {"type": "string", "pattern": "^[a-zA-Z_]+$"},
                             "type": {
                                 "enum": ["query", "custom", "constant", "interval", "datasource"]
                             },
@@ -196,8 +196,8 @@ def test_checked_in_json_is_what_the_generator_builds(path: Path) -> None:
 def test_provisioning_files_are_valid_and_point_at_the_dashboards() -> None:
     datasources = yaml.safe_load((PROVISIONING / "datasources/tuneloop.yml").read_text())
     jsonschema.validate(datasources, DATASOURCES_SCHEMA)
-    uids = {source["uid"]: source for source in datasources["datasources"]}
-    assert uids[POSTGRES_DS["uid"]]["type"] == POSTGRES_DS["type"]
+    types = {source["type"] for source in datasources["datasources"]}
+    assert {POSTGRES_DS["type"], PROMETHEUS_DS["type"]} <= types
     providers = yaml.safe_load((PROVISIONING / "dashboards/tuneloop.yml").read_text())
     jsonschema.validate(providers, PROVIDERS_SCHEMA)
 

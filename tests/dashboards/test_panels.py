@@ -209,6 +209,19 @@ def test_filters_select_hosts_and_gpus(store: Engine) -> None:
     assert series(rows) == {"gpu-node-2 gpu 1": [(h, 300.0) for h in HOURS]}
 
 
+def test_units_sm_clock_in_hertz_and_replays_as_a_rate(store: Engine) -> None:
+    clock = panel("fleet", "SM clock (min; a drop under load is throttling)")
+    assert clock["fieldConfig"]["defaults"]["unit"] == "hertz"
+    found = series(run(store, clock["targets"][0]["rawSql"])[1])
+    assert found["gpu-node-1 gpu 0"] == [(h, pytest.approx(1980.0e6)) for h in HOURS]
+    errors = panel("fleet", "Remapped rows and PCIe replays")["targets"]
+    replays = series(run(store, errors[1]["rawSql"], interval_ms=60_000)[1])
+    # A counter that never moved: a rate of 0 between consecutive buckets, not its total.
+    assert replays["gpu-node-1 gpu 0 replays"] and all(
+        v == 0.0 for _, v in replays["gpu-node-1 gpu 0 replays"]
+    )
+
+
 def test_panels_show_nothing_for_a_host_without_data(store: Engine) -> None:
     sql = panel("fleet", "GPU temperature (max)")["targets"][0]["rawSql"]
     assert run(store, sql, host=Variable(["gpu-node-9"], multi=True))[1] == []
@@ -250,7 +263,7 @@ def test_job_panels(store: Engine) -> None:
 
 
 def test_job_annotations(store: Engine) -> None:
-    trials, configs = BOARDS["job"]["annotations"]["list"][1:]
+    trials, configs = BOARDS["job"]["annotations"]["list"]
     _, rows = run(store, trials["target"]["rawSql"])
     assert [(row[0], row[1]) for row in rows] == [
         (kd.at(2), kd.at(10)),

@@ -367,3 +367,24 @@ def test_labels_merge_resource_scope_and_point_attributes() -> None:
         "otel_scope_name": "torch.cuda",
         "gpu": "0",
     }
+
+
+def test_dcgm_sentinels_and_empty_attributes_are_not_stored() -> None:
+    # dcgm-exporter's families reaching tuneloop through an OpenTelemetry collector: DCGM's
+    # "not supported" (an int64 sentinel) is no reading, an empty pod is no pod.
+    labels = {"gpu": "3", "Hostname": "gpu-node-42", "pod": ""}
+    result = mapped(
+        gauge(
+            number(47, labels=labels),
+            number(9223372036854775794, T0_NS + SECOND, labels),
+            number(140737488355330.0, T0_NS + 2 * SECOND, labels),
+            name="DCGM_FI_DEV_GPU_TEMP",
+            unit="",
+        )
+    )
+    batch = one(result)
+    assert (batch.metric, dict(batch.labels)) == (
+        "DCGM_FI_DEV_GPU_TEMP",
+        {**JOB, "gpu": "3", "Hostname": "gpu-node-42"},
+    )
+    assert list(batch.values) == [47.0]

@@ -371,3 +371,18 @@ def test_histogram_quantile_with_matchers_and_windows(engine: Engine) -> None:
     assert a.labels == {"job": "a"}
     assert [(ts - T0).total_seconds() for ts, _ in a.points] == [0]
     assert a.points[0][1] == pytest.approx(0.3)
+
+
+def test_histogram_quantile_by_adds_the_groups_buckets_up(engine: Engine) -> None:
+    project = make_project(engine)
+    write_histogram(engine, project)
+
+    (both,) = histogram_quantile(
+        engine, project, 0.5, HISTOGRAM, [Matcher("job", MatchOp.RE, "a|b")],
+        start=T0, end=T0 + timedelta(minutes=1), step_s=60, by=[],
+    )  # fmt: skip
+
+    # As sum by (le): [0, 60) holds a's 10, 30, 40, 40 and b's 10, 20 (le 1.0), 25:
+    # 20, 30, 60, 65; rank 32.5 -> 0.5 + 0.5 * (2.5 / 30). Per job they are 0.3 and 0.325.
+    assert both.labels == {}
+    assert both.points[0][1] == pytest.approx(0.5 + 0.5 * 2.5 / 30)

@@ -91,7 +91,7 @@ class SimulatedJob:
             jobsim.write_gpu_memory(
                 self.engine,
                 self.project_id,
-                {"gpu": str(index), "UUID": f"GPU-{index}", "hostname": "node-1", **extra},
+                {"gpu": str(index), "UUID": f"GPU-{index}", "Hostname": "node-1", **extra},
                 start=start,
                 end=end,
                 used_mib=peak_mib(batch) - 500 * index,

@@ -23,7 +23,7 @@ def gpu(index: int, host: str = "node-1", **extra: str) -> dict[str, str]:
         "UUID": f"GPU-{host}-{index}",
         "device": f"nvidia{index}",
         "modelName": "NVIDIA H100 80GB HBM3",
-        "hostname": host,
+        "Hostname": host,
         **extra,
     }
 
@@ -55,7 +55,7 @@ def test_the_jobs_gpus_by_label_or_registered_uuid(engine: Engine) -> None:
 
     reading = gpu_memory(engine, project_id, "train", uuids, **window)
     assert reading is not None
-    assert sorted((g["hostname"], g["gpu"]) for g in reading.gpus) == [
+    assert sorted((g["Hostname"], g["gpu"]) for g in reading.gpus) == [
         ("node-1", "0"),
         ("node-2", "0"),
         ("node-2", "1"),

@@ -155,10 +155,13 @@ def histogram_quantile(
     step_s: int,
     window_s: int | None = None,
     max_series: int | None = None,
+    by: Sequence[str] | None = None,
 ) -> list[LabeledSeries]:
     """The ``q``-quantile of the observations of histogram ``metric`` (its base name: the
     series read are ``<metric>_bucket``) made in the window of each point, per set of labels
-    other than ``le``, as PromQL's ``histogram_quantile(q, increase(<metric>_bucket[w]))``.
+    other than ``le``, as PromQL's ``histogram_quantile(q, increase(<metric>_bucket[w]))``;
+    with ``by``, per set of those labels, the buckets of a set added up first, as
+    ``histogram_quantile(q, sum by (<by>, le) (increase(<metric>_bucket[w])))``.
 
     Bucket series whose ``le`` is missing or not a number are ignored, as in Prometheus.
     Groups are sorted by labels; a point is NaN where :func:`bucket_quantile` says so (no
@@ -171,7 +174,13 @@ def histogram_quantile(
         upper = parse_bound(info.labels.get(BUCKET_LABEL))
         if upper is None:
             continue
-        key = tuple(sorted((k, v) for k, v in info.labels.items() if k != BUCKET_LABEL))
+        key = tuple(
+            sorted(
+                (k, v)
+                for k, v in info.labels.items()
+                if k != BUCKET_LABEL and (by is None or k in by)
+            )
+        )
         at_time = groups.setdefault(key, {})
         for ts, count in points:
             at_time.setdefault(ts, []).append((upper, count))
