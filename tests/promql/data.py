@@ -129,6 +129,7 @@ def generate() -> list[GenSeries]:
 
 
 FIXTURES = Path(__file__).resolve().parents[1] / "collector" / "fixtures"
+MIG_HOST = "msxf-hpc-64-35-ai"
 NODE_FAMILIES = (
     "node_network_receive_bytes_total",
     "node_network_transmit_bytes_total",
@@ -138,28 +139,35 @@ NODE_FAMILIES = (
 
 
 def _recorded(rng: random.Random) -> list[GenSeries]:
-    """Every series of the recorded dcgm-exporter scrape (gpu-node-17, lowercase
-    ``hostname`` as that exporter sets it) and of the node-exporter families the Prometheus
-    Fleet dashboard reads, over the hour: gauges wander around the recorded value, counters
-    grow from it. A second host, gpu-node-18, has the same series."""
+    """Every series of the recorded dcgm-exporter scrape and of the node-exporter families
+    the Prometheus Fleet dashboard reads, over the hour, labelled as tuneloop stores them
+    (``Hostname``, the scrape's ``job`` and ``instance``): gauges wander around the recorded
+    value, counters grow from it. A second host, gpu-node-18, has the same series."""
     out: list[GenSeries] = []
     times = _times()
     for host in ("gpu-node-17", "gpu-node-18"):
+        dcgm = {"job": "dcgm-exporter", "instance": f"{host}:9400", "Hostname": host}
         for metric, labels, value, counter in _scrape(FIXTURES / "dcgm-exporter-metrics.txt"):
-            labels = {**labels, "hostname": host}
+            labels = {k: v for k, v in labels.items() if k != "hostname"} | dcgm
             if host != "gpu-node-17":
                 labels["UUID"] = labels.get("UUID", "")[:-2] + "18"
             out.append(GenSeries(metric, labels, counter, times, _walk(rng, value, counter)))
         node = _scrape(FIXTURES / "node-exporter-metrics.txt")
         received = [(labels, value) for m, labels, value, _ in node if m == NODE_FAMILIES[0]]
+        scrape = {"job": "node-exporter", "instance": f"{host}:9100", "Hostname": host}
         # The scrape recorded only the received bytes: the other families the dashboard
         # reads are shaped after it (disks named as NVMe disks are).
         for metric in NODE_FAMILIES:
             for labels, value in received:
                 if metric.startswith("node_disk"):
                     labels = {"device": labels["device"].replace("eth", "nvme").replace("ib", "sd")}
-                labels = {**labels, "hostname": host}
+                labels = {**labels, **scrape}
                 out.append(GenSeries(metric, labels, True, times, _walk(rng, value, True)))
+    # A MIG host, recorded with its instances (GPU_I_PROFILE, GPU_I_ID) and Hostname set.
+    mig = {"job": "dcgm-exporter", "instance": f"{MIG_HOST}:9400", "Hostname": MIG_HOST}
+    for metric, labels, value, counter in _scrape(FIXTURES / "dcgm-exporter-mig-a800.txt"):
+        labels = labels | mig
+        out.append(GenSeries(metric, labels, counter, times, _walk(rng, value, counter)))
     return out
 
 

@@ -16,7 +16,7 @@ import pytest
 from dashboards.grafana_sql import GrafanaQuery, Variable
 from tests.peers import prom_api
 from tests.promql.conftest import Tuneloop
-from tests.promql.data import T0_S
+from tests.promql.data import MIG_HOST, T0_S
 from tests.promql.test_compare import _compare, _ours
 
 BOARD = json.loads(
@@ -25,13 +25,24 @@ BOARD = json.loads(
 TARGETS = [
     (panel["title"], target["expr"]) for panel in BOARD["panels"] for target in panel["targets"]
 ]
+JOBS = Variable(["dcgm-exporter", "node-exporter"], multi=True, include_all=True)
 SELECTIONS = {
     "one host, two GPUs": {
-        "host": Variable(["gpu-node-17"], multi=True, include_all=True),
+        "job": JOBS,
+        "instance": Variable(["gpu-node-17:9400", "gpu-node-17:9100"], multi=True),
+        "Hostname": Variable(["gpu-node-17"], multi=True, include_all=True),
         "gpu": Variable(["0", "3"], multi=True, include_all=True),
     },
     "every host and GPU": {
-        "host": Variable(["gpu-node-17", "gpu-node-18"], multi=True, include_all=True),
+        "job": JOBS,
+        "instance": Variable(
+            [f"gpu-node-{n}:{port}" for n in (17, 18) for port in (9400, 9100)]
+            + [f"{MIG_HOST}:9400"],
+            multi=True,
+        ),
+        "Hostname": Variable(
+            ["gpu-node-17", "gpu-node-18", MIG_HOST], multi=True, include_all=True
+        ),
         "gpu": Variable([str(gpu) for gpu in range(8)], multi=True, include_all=True),
     },
 }
@@ -54,7 +65,8 @@ def test_each_panel_answers_as_prometheus_does(
         "step": str(grafana.interval // 1000),
     }
     theirs = prom_api(prometheus_url, "/api/v1/query_range", params)
-    assert theirs["result"], f"{title}: Prometheus has nothing for {query}"
+    if selection == "every host and GPU":
+        assert theirs["result"], f"{title}: Prometheus has nothing for {query}"
     _compare(_ours(tuneloop_api, "/api/v1/query_range", params), theirs, False, query)
 
 
@@ -68,8 +80,10 @@ def test_the_variables_list_what_prometheus_lists(
     # label_values(metric{...}, label): Grafana asks for the series and reads the label off.
     span = {"start": str(T0_S), "end": str(T0_S + 3600)}
     for selector, label in (
-        ("DCGM_FI_DEV_GPU_UTIL", "hostname"),
-        ('DCGM_FI_DEV_GPU_UTIL{hostname=~"gpu-node-18"}', "gpu"),
+        ('{__name__=~"DCGM_FI_DEV_FB_USED|node_network_receive_bytes_total"}', "job"),
+        ('{__name__=~"DCGM_FI_DEV_FB_USED|node_network_receive_bytes_total"}', "instance"),
+        ('DCGM_FI_DEV_FB_USED{job=~"dcgm-exporter"}', "Hostname"),
+        ('DCGM_FI_DEV_FB_USED{Hostname=~"gpu-node-18"}', "gpu"),
     ):
         params = {"match[]": selector, **span}
         theirs = prom_api(prometheus_url, "/api/v1/series", params)
