@@ -41,7 +41,8 @@ from tuneloop.config_events import changed_after_commit
 from tuneloop.errors import TemporaryError
 from tuneloop.job_configs import ReleaseReason
 from tuneloop.storage.models import Job, JobActuator, JobConfig, JobConfigMark, JobConfigRelease
-from tuneloop.storage.timeseries.query import query_range
+from tuneloop.storage.timeseries.backend import TimeSeriesBackend
+from tuneloop.storage.timeseries.store_backend import StoreBackend
 from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp
 from tuneloop.storage.types import utcnow
 from tuneloop.window_stats import window_stats
@@ -187,26 +188,31 @@ def _last_good(session: Session, job: Job, row: JobActuator) -> Version | None:
 
 
 def measure(
-    session: Session, job: Job, metric: str, start: datetime, end: datetime
+    session: Session,
+    job: Job,
+    metric: str,
+    start: datetime,
+    end: datetime,
+    series: TimeSeriesBackend | None = None,
 ) -> Stats | None:
     """The objective over ``[start, end)``: per-second means of rank 0's ``metric``, their
-    mean and batch-means standard error (``None`` without samples)."""
+    mean and batch-means standard error (``None`` without samples). Read from ``series``
+    (default: the store, in ``session``'s transaction)."""
     if end <= start:
         return None
     matchers = [Matcher("job", MatchOp.EQ, job.name), Matcher("rank", MatchOp.EQ, "0")]
-    series = query_range(
-        session.connection(),
+    backend = series or StoreBackend(session.connection())
+    found = backend.query_range(
         job.project_id,
         metric,
         matchers,
         start=start,
         end=end,
         step_s=1,
-        aggregation=Aggregation.AVG,
-        use_rollups=False,
+        aggregation=Aggregation.AVG,  # per second: never served from rollups
         max_series=10,
     )
-    values = [value for one in series for _, value in one.points]
+    values = [value for one in found for _, value in one.points]
     if not values:
         return None
     stats = window_stats(values)
@@ -234,9 +240,16 @@ def needs_reconcile(session: Session, job: Job) -> bool:
     return released is None or role_of(released) != "study_trial"
 
 
-def reconcile_job(session: Session, job: Job, *, now: datetime | None = None) -> Decision:
+def reconcile_job(
+    session: Session,
+    job: Job,
+    *,
+    now: datetime | None = None,
+    series: TimeSeriesBackend | None = None,
+) -> Decision:
     """One pass of the loop for ``job``; the caller commits. Raises :class:`ReconcileConflict`
-    when another reconciler got there first (roll back and let it be)."""
+    when another reconciler got there first (roll back and let it be). The objective is read
+    from ``series`` (default: the store, in ``session``'s transaction)."""
     now = now or utcnow()
     row = ensure_actuator(session, job)
     policy = ActuationPolicy.from_dict(row.policy)
@@ -263,6 +276,7 @@ def reconcile_job(session: Session, job: Job, *, now: datetime | None = None) ->
             policy.verify.metric,
             start,
             start + timedelta(seconds=policy.verify.window_s),
+            series,
         )
         view = View(**{**_fields(view), "after": after})
     elif (
@@ -272,9 +286,10 @@ def reconcile_job(session: Session, job: Job, *, now: datetime | None = None) ->
         and view.released is not None
         and view.goal.number != view.released.number
     ):
-        view = View(**{**_fields(view), "before": _baseline(session, job, row, policy, now)})
+        before = _baseline(session, job, row, policy, now, series)
+        view = View(**{**_fields(view), "before": before})
     decision = decide(policy, view)
-    _apply(session, job, row, policy, decision, now)
+    _apply(session, job, row, policy, decision, now, series)
     try:
         session.flush()
     except StaleDataError as exc:
@@ -293,6 +308,7 @@ def _apply(
     policy: ActuationPolicy,
     decision: Decision,
     now: datetime,
+    series: TimeSeriesBackend | None,
 ) -> None:
     if decision.action == "release":
         assert decision.version is not None
@@ -316,7 +332,7 @@ def _apply(
                 )
             version = copy.version
         verified = decision.reason == "goal"  # a study's versions are measured by the study
-        _release(session, job, row, policy if verified else None, version, "goal", now)
+        _release(session, job, row, policy if verified else None, version, "goal", now, series)
         if decision.reason == "study_outcome":
             # Measured by the study that wrote it: good as released, and the version a later
             # rollback or a restarted job returns to.
@@ -326,7 +342,7 @@ def _apply(
     elif decision.action == "step":
         assert decision.config is not None
         step = job_configs.propose(session, job, decision.config, origin="actuator")
-        _release(session, job, row, policy, step.version, "step", now)
+        _release(session, job, row, policy, step.version, "step", now, series)
     elif decision.action == "confirm":
         assert decision.version is not None
         row.last_good_version = decision.version
@@ -365,15 +381,21 @@ def _apply(
 
 
 def _baseline(
-    session: Session, job: Job, row: JobActuator, policy: ActuationPolicy, now: datetime
+    session: Session,
+    job: Job,
+    row: JobActuator,
+    policy: ActuationPolicy,
+    now: datetime,
+    series: TimeSeriesBackend | None,
 ) -> Stats | None:
     """The objective of the running config: the last window, but not before the previous
     change settled."""
     start = now - timedelta(seconds=policy.verify.window_s)
     if row.changed_at is not None:
         start = max(start, row.changed_at + timedelta(seconds=policy.verify.settle_s))
-    stats = measure(session, job, policy.verify.metric, start, now)
-    if stats is None and measure(session, job, policy.verify.metric, now - RECENT, now):
+    metric = policy.verify.metric
+    stats = measure(session, job, metric, start, now, series)
+    if stats is None and measure(session, job, metric, now - RECENT, now, series):
         return Stats(math.nan, math.inf, 0)  # it reports, but nothing of this config yet
     return stats
 
@@ -386,11 +408,12 @@ def _release(
     version: int,
     reason: ReleaseReason,
     now: datetime,
+    series: TimeSeriesBackend | None,
 ) -> None:
     """Release ``version``; with ``policy`` (a change to verify) measure the baseline first."""
     baseline = None
     if policy is not None and policy.verify.enabled:
-        stats = _baseline(session, job, row, policy, now)
+        stats = _baseline(session, job, row, policy, now, series)
         baseline = stats.to_dict() if stats is not None else None
     job_configs.release(session, job, version, reason)
     row.released_version = version

@@ -18,6 +18,7 @@ from actuators.job import ReconcileConflict, needs_reconcile, reconcile_job
 from tuneloop.storage import session_scope
 from tuneloop.storage.locks import hold_write_lock
 from tuneloop.storage.models import Job, JobConfig
+from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,10 @@ ACTIVE_STATUSES = ("pending", "running", "paused")
 
 
 def reconcile_all(
-    sessions: sessionmaker[Session], *, now: datetime | None = None
+    sessions: sessionmaker[Session],
+    *,
+    now: datetime | None = None,
+    series: TimeSeriesBackend | None = None,
 ) -> dict[str, int]:
     """Reconcile each active job with a desired config, each in its own transaction (one
     job's failure does not hold back the others). Returns counts by decision action."""
@@ -44,7 +48,7 @@ def reconcile_all(
     for job_id in job_ids:
         action: str | None
         try:
-            action = reconcile_now(sessions, job_id, now=now)
+            action = reconcile_now(sessions, job_id, now=now, series=series)
         except Exception:
             log.exception("reconciling job %d failed; it is retried on the next tick", job_id)
             action = "error"
@@ -54,7 +58,11 @@ def reconcile_all(
 
 
 def reconcile_now(
-    sessions: sessionmaker[Session], job_id: int, *, now: datetime | None = None
+    sessions: sessionmaker[Session],
+    job_id: int,
+    *,
+    now: datetime | None = None,
+    series: TimeSeriesBackend | None = None,
 ) -> str | None:
     """One reconcile pass of job ``job_id`` in a transaction of its own, if it needs one.
     Returns the decision's action, ``conflict`` when another reconciler acted first (what it
@@ -72,13 +80,14 @@ def reconcile_now(
             job = session.get(Job, job_id)
             if job is None:
                 return None
-            return reconcile_job(session, job, now=now).action
+            return reconcile_job(session, job, now=now, series=series).action
     except ReconcileConflict:
         return "conflict"
 
 
-def run_reconcile(sessions: sessionmaker[Session]) -> None:
-    """The periodic task: re-reads the store through ``sessions``, the process's runtime's."""
-    counts = reconcile_all(sessions)
+def run_reconcile(sessions: sessionmaker[Session], series: TimeSeriesBackend | None = None) -> None:
+    """The periodic task: re-reads the store through ``sessions``, the process's runtime's,
+    and the jobs' objectives from ``series`` (the runtime's TSDB, if it has one)."""
+    counts = reconcile_all(sessions, series=series)
     if counts:
         log.info("job actuator pass: %s", counts)

@@ -36,6 +36,8 @@ from tuneloop.storage.models import (
     Notification,
     Project,
 )
+from tuneloop.storage.timeseries.backend import TimeSeriesBackend
+from tuneloop.storage.timeseries.store_backend import StoreBackend
 from tuneloop.storage.types import utcnow
 
 log = logging.getLogger(__name__)
@@ -62,9 +64,13 @@ class Evaluator:
         clock: Callable[[], datetime] = utcnow,
         on_queued: Callable[[], object] | None = None,
         for_slack: timedelta = timedelta(0),
+        series: TimeSeriesBackend | None = None,
         metrics: EvaluationMetrics | None = None,
     ) -> None:
         self.engine = engine
+        self.series = series
+        """Where rules read series; ``None``: the built-in store, read in each project's
+        evaluation transaction."""
         self.sessions = sessions
         self.clock = clock
         self.for_slack = for_slack
@@ -110,7 +116,8 @@ class Evaluator:
                 result.rules += 1
                 try:
                     rule = store.definition(row)
-                    samples = evaluate_samples(session.connection(), project_id, rule, now)
+                    series = self.series or StoreBackend(session.connection())
+                    samples = evaluate_samples(series, project_id, rule, now)
                 except Exception as exc:  # one broken rule must not stop the others
                     log.warning("alert rule %s failed: %s", row.name, exc)
                     failed.append(row.name)

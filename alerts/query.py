@@ -1,8 +1,10 @@
-"""A rule's query at one instant, through the store's time-series query layer.
+"""A rule's query at one instant, through the time-series contract
+(:class:`~tuneloop.storage.timeseries.backend.TimeSeriesBackend`): the built-in store or a
+Prometheus-compatible TSDB alike.
 
-Each kind maps to one or two calls of ``tuneloop.storage.timeseries`` (``latest``,
-``query_range``, ``rate``, ``histogram_quantile``); this module only picks the range and step
-and reshapes the answer into :class:`~alerts.conditions.Sample`.
+Each kind maps to one or two calls of the contract (``latest``, ``query_range``, ``rate``,
+``histogram_quantile``); this module only picks the range and step and reshapes the answer into
+:class:`~alerts.conditions.Sample`.
 """
 
 from __future__ import annotations
@@ -13,8 +15,7 @@ from datetime import datetime, timedelta
 
 from alerts.conditions import Sample, Seen, absent_groups, combine, ratios
 from alerts.rules import RuleDefinition, RuleKind, UnlessSpec
-from tuneloop.storage.timeseries.functions import histogram_quantile, rate
-from tuneloop.storage.timeseries.query import Bind, latest, query_range
+from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuneloop.storage.timeseries.types import Aggregation, RangeSeries
 
 WHOLE_WINDOW_STEP_S = 10**9
@@ -30,25 +31,28 @@ MAX_SERIES_PER_RULE = 200_000
 
 
 def evaluate_samples(
-    bind: Bind, project_id: int, rule: RuleDefinition, now: datetime
+    series: TimeSeriesBackend, project_id: int, rule: RuleDefinition, now: datetime
 ) -> list[Sample]:
     """The rule's values at ``now``: per series, or per ``by`` group once combined. For an
     ``absent`` rule, the silent groups (value: seconds of silence). Samples whose
     ``matching`` labels match a series of the rule's ``unless`` are left out."""
-    found = _samples(bind, project_id, rule, now)
+    found = _samples(series, project_id, rule, now)
     unless = rule.query.unless
     if unless is None or not found:
         return found
     start = now - timedelta(seconds=rule.query.window_s)
-    silencing = _silencing_keys(bind, project_id, unless, start, now + _EPSILON)
+    silencing = _silencing_keys(series, project_id, unless, start, now + _EPSILON)
     return [sample for sample in found if _on_key(sample.labels, unless.matching) not in silencing]
 
 
 def _silencing_keys(
-    bind: Bind, project_id: int, unless: UnlessSpec, start: datetime, end: datetime
+    series: TimeSeriesBackend,
+    project_id: int,
+    unless: UnlessSpec,
+    start: datetime,
+    end: datetime,
 ) -> set[tuple[str, ...]]:
-    answer = query_range(
-        bind,
+    answer = series.query_range(
         project_id,
         unless.metric,
         unless.matchers,
@@ -69,12 +73,13 @@ def _on_key(labels: Mapping[str, str], on: Sequence[str]) -> tuple[str, ...]:
     return tuple(labels.get(name, "") for name in on)
 
 
-def _samples(bind: Bind, project_id: int, rule: RuleDefinition, now: datetime) -> list[Sample]:
+def _samples(
+    series: TimeSeriesBackend, project_id: int, rule: RuleDefinition, now: datetime
+) -> list[Sample]:
     query = rule.query
     window = timedelta(seconds=query.window_s)
     if rule.kind is RuleKind.ABSENT:
-        seen = latest(
-            bind,
+        seen = series.latest(
             project_id,
             query.metric,
             query.matchers,
@@ -86,8 +91,7 @@ def _samples(bind: Bind, project_id: int, rule: RuleDefinition, now: datetime) -
         return absent_groups(found, query.by, query.matchers, now=now, window=window)
     if rule.kind is RuleKind.RATE:
         per_series = _last_points(
-            rate(
-                bind,
+            series.rate(
                 project_id,
                 query.metric,
                 query.matchers,
@@ -100,24 +104,29 @@ def _samples(bind: Bind, project_id: int, rule: RuleDefinition, now: datetime) -
         )
         return combine(per_series, query.by, rule.combine)
     if rule.kind is RuleKind.REGRESSION:
-        recent = _window_values(bind, project_id, rule, now - window, now + _EPSILON)
+        recent = _window_values(series, project_id, rule, now - window, now + _EPSILON)
         baseline_start = now - window - timedelta(seconds=query.baseline_s)
-        baseline = _window_values(bind, project_id, rule, baseline_start, now - window)
+        baseline = _window_values(series, project_id, rule, baseline_start, now - window)
         by, how = query.by, rule.combine
         return ratios(combine(recent, by, how), combine(baseline, by, how))
     return combine(
-        _window_values(bind, project_id, rule, now - window, now + _EPSILON), query.by, rule.combine
+        _window_values(series, project_id, rule, now - window, now + _EPSILON),
+        query.by,
+        rule.combine,
     )
 
 
 def _window_values(
-    bind: Bind, project_id: int, rule: RuleDefinition, start: datetime, end: datetime
+    series: TimeSeriesBackend,
+    project_id: int,
+    rule: RuleDefinition,
+    start: datetime,
+    end: datetime,
 ) -> list[Sample]:
     query = rule.query
     if query.aggregation == "histogram_quantile":
         assert query.q is not None
-        groups = histogram_quantile(
-            bind,
+        groups = series.histogram_quantile(
             project_id,
             query.q,
             query.metric,
@@ -134,8 +143,7 @@ def _window_values(
             for group in groups
             if group.points and not math.isnan(group.points[-1][1])
         ]
-    answer = query_range(
-        bind,
+    answer = series.query_range(
         project_id,
         query.metric,
         query.matchers,

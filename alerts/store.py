@@ -15,15 +15,13 @@ from typing import Any, TypeVar
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from alerts.catalog import known_metrics
 from alerts.muting import matches
 from alerts.notifiers.config import parse_config
 from alerts.notifiers.targets import IPNetwork, TargetRefused, check_receiver, configured_networks
+from alerts.rule_metrics import metric_lookup
 from alerts.rules import (
     LABEL_NAME_RE,
     InhibitDefinition,
-    MetricInfo,
-    MetricLookup,
     RuleDefinition,
     RuleFile,
     check_metrics,
@@ -40,10 +38,10 @@ from tuneloop.storage.models import (
     AlertSilence,
     Notification,
     Project,
-    Series,
 )
+from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuneloop.storage.timeseries.matchers import parse_matcher
-from tuneloop.storage.timeseries.types import Matcher, SeriesKind
+from tuneloop.storage.timeseries.types import Matcher
 
 MAX_SILENCE = timedelta(days=90)
 
@@ -89,23 +87,10 @@ def _numbered(
 # --------------------------------------------------------------------------- rules
 
 
-def metric_lookup(session: Session, project_id: int) -> MetricLookup:
-    """Finds a metric among the project's series, else among what the collectors write."""
-
-    def lookup(name: str) -> MetricInfo | None:
-        stored = session.scalars(
-            select(Series.kind).where(Series.project_id == project_id, Series.metric == name)
-        ).first()
-        if stored is not None:
-            return MetricInfo(name, SeriesKind(stored))
-        kind = known_metrics().get(name)
-        return MetricInfo(name, kind) if kind is not None else None
-
-    return lookup
-
-
-def check_rule(session: Session, project: Project, rule: RuleDefinition) -> None:
-    check_metrics(rule, metric_lookup(session, project.id))  # RuleError: invalid input
+def check_rule(
+    session: Session, project: Project, rule: RuleDefinition, series: TimeSeriesBackend | None
+) -> None:
+    check_metrics(rule, metric_lookup(session, project.id, series))  # RuleError: invalid input
 
 
 def definition(row: AlertRule) -> RuleDefinition:
@@ -157,8 +142,9 @@ def create_rule(
     *,
     source: str = "api",
     actor: str | None = None,
+    series: TimeSeriesBackend | None = None,
 ) -> AlertRule:
-    check_rule(session, project, rule)
+    check_rule(session, project, rule, series)
     if _named(session, AlertRule, project, rule.name) is not None:
         raise Conflict(f"alert rule {rule.name!r} already exists in project {project.name!r}")
     row = AlertRule(project_id=project.id, name=rule.name)
@@ -177,13 +163,14 @@ def replace_rule(
     *,
     source: str,
     actor: str | None = None,
+    series: TimeSeriesBackend | None = None,
 ) -> bool:
     """Update ``row`` to ``rule``; returns whether anything changed. A changed query or
     condition clears the rule's pending alerts (their ``for`` clock no longer applies);
     firing ones resolve or go on at the next evaluation."""
     if rule.name != row.name:
         raise InvalidInput(f"the rule's name is {row.name!r}; a rename is a delete and a create")
-    check_rule(session, project, rule)
+    check_rule(session, project, rule, series)
     before = (row.kind, row.spec, row.for_s, row.severity, row.labels, row.annotations, row.enabled)
     _apply(row, rule, source)
     after = (row.kind, row.spec, row.for_s, row.severity, row.labels, row.annotations, row.enabled)
@@ -204,7 +191,13 @@ def delete_rule(session: Session, row: AlertRule, *, actor: str | None = None) -
 
 
 def load_rule_file(
-    session: Session, project: Project, parsed: RuleFile, *, source: str, actor: str | None = None
+    session: Session,
+    project: Project,
+    parsed: RuleFile,
+    *,
+    source: str,
+    actor: str | None = None,
+    series: TimeSeriesBackend | None = None,
 ) -> dict[str, list[str]]:
     """Create or update every rule of a file and replace the inhibit rules it brought before;
     rules earlier loaded from the same ``source`` and now gone are deleted. All or nothing:
@@ -218,9 +211,9 @@ def load_rule_file(
     for rule in parsed.rules:
         row = existing.get(rule.name)
         if row is None:
-            create_rule(session, project, rule, source=source)
+            create_rule(session, project, rule, source=source, series=series)
             outcome["created"].append(rule.name)
-        elif replace_rule(session, project, row, rule, source=source):
+        elif replace_rule(session, project, row, rule, source=source, series=series):
             outcome["updated"].append(rule.name)
         else:
             outcome["unchanged"].append(rule.name)

@@ -55,6 +55,7 @@ def components(runtime: Runtime) -> tuple[Evaluator, Dispatcher]:
                 runtime.sessions,
                 on_queued=dispatcher.dispatch,
                 for_slack=slack,
+                series=runtime.remote_series,
                 metrics=EVALUATION,
             )
             _built = (runtime, evaluator, dispatcher)

@@ -13,6 +13,8 @@ from collector.pipeline import Pipeline, PipelineConfig
 from collector.relabel import Relabeler, load_rules
 from collector.runner import CollectorRunner
 from collector.selfmetrics import CollectorMetrics
+from collector.sinks.backend import BackendSink
+from collector.sinks.base import Sink
 from collector.sinks.remote_write import RemoteWriteSink
 from collector.sinks.store import StoreSink
 from collector.sources import SourceSpecError, build_sources
@@ -38,27 +40,35 @@ def pipeline_config(settings: Settings) -> PipelineConfig:
 
 
 def build_pipeline(runtime: Runtime, *, registry: CollectorRegistry | None = None) -> WritePipeline:
-    """A pipeline writing into ``runtime``'s store, with its metrics on ``registry``; with
-    ``remote_write_url`` set, together with one forwarding there (:mod:`collector.fanout`).
+    """A pipeline writing into ``runtime``'s store (or its TSDB, when it has one), with its
+    metrics on ``registry``; with ``remote_write_url`` set, together with one forwarding there
+    (:mod:`collector.fanout`).
 
     Raises :class:`collector.relabel.RelabelConfigError` (one line) for a bad relabel config.
     Not started: call ``start()``, and ``stop()`` before closing the runtime.
     """
     settings = runtime.settings
     rules = load_rules(settings.relabel_config) if settings.relabel_config else []
-    writer = SampleWriter(
-        runtime.engine,
-        partition_days=settings.partition_days,
-        max_series_per_project=settings.max_series_per_project,
-    )
+    sink: Sink
+    if runtime.remote_series is not None:
+        sink = BackendSink(runtime.remote_series)
+        destination = without_credentials(runtime.remote_series.client.url)
+    else:
+        writer = SampleWriter(
+            runtime.engine,
+            partition_days=settings.partition_days,
+            max_series_per_project=settings.max_series_per_project,
+        )
+        sink = StoreSink(writer)
+        destination = runtime.engine.url.render_as_string(hide_password=True)
     spool = Spool(
         settings.resolved_spool_dir,
         max_bytes=settings.spool_max_bytes,
         # A slot left by a crashed process is replayed only into the store it was meant for.
-        store=runtime.engine.url.render_as_string(hide_password=True),
+        store=destination,
     )
     primary = Pipeline(
-        StoreSink(writer),
+        sink,
         config=pipeline_config(settings),
         spool=spool,
         relabeler=Relabeler(rules),

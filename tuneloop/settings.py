@@ -20,6 +20,7 @@ ENV_PREFIX = "TUNELOOP_"
 
 _DATABASE_URL = re.compile(r"sqlite(\+\w+)?://(/\S*)?|postgresql(\+\w+)?://\S+")
 """The URL forms SQLAlchemy reads as intended: ``sqlite://tmp/x.db`` would name a host."""
+_TSDB_URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
 
 
 _REMOTE_WRITE_URL = re.compile(r"https?://[^\s/?#]+(/\S*)?")
@@ -52,6 +53,17 @@ class Settings(BaseSettings):
     """SQLAlchemy URL. Empty means a SQLite file ``tuneloop.db`` in ``data_dir``."""
     redis_url: str | None = None
     """Celery broker and result backend. Unset: tasks run in-process."""
+    tsdb_url: str = ""
+    """A Prometheus-compatible TSDB (VictoriaMetrics, Prometheus with
+    ``--web.enable-remote-write-receiver``) that keeps the series instead of the database:
+    remote write to ``<url>/api/v1/write``, PromQL over ``<url>/api/v1/...``. Empty: the
+    built-in store."""
+    tsdb_bearer_token: SecretStr | None = None
+    """Sent as ``Authorization: Bearer <token>`` with every request to the TSDB."""
+    tsdb_timeout_s: float = Field(default=30.0, gt=0)
+    """Longest wait for one TSDB request."""
+    tsdb_project_label: str = Field(default="tuneloop_project", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """Label that names a series' project in the TSDB (added on write, matched on read)."""
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
@@ -155,6 +167,13 @@ class Settings(BaseSettings):
                 "sqlite:////absolute/path.db or postgresql://user:password@host:5432/dbname"
             )
         return value
+
+    @field_validator("tsdb_url")
+    @classmethod
+    def _check_tsdb_url(cls, value: str) -> str:
+        if value and not _TSDB_URL.fullmatch(value):
+            raise ValueError("not a TSDB URL: expected http://host:port or https://host/prefix")
+        return value.rstrip("/")
 
     @field_validator("remote_write_url")
     @classmethod

@@ -44,6 +44,7 @@ from tuneloop.job_configs import (
     propose,
 )
 from tuneloop.storage.models import Job, JobConfig, Study, Trial
+from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuner import service, study_end
 from tuner.loop_measure import ACTOR, Action, StepResult, audit_trial, measure_trial, tell_trial
 from tuner.strategies.base import REASON_OOM, SpaceExhausted
@@ -59,8 +60,15 @@ ENDED_JOB_STATUSES: Final = ("succeeded", "failed", "cancelled")
 """A job in one of these will not run another trial: its study ends ``failed``."""
 
 
-def reconcile_study(session: Session, study_id: int, *, now: datetime) -> StepResult:
-    """Move study ``study_id`` one step at time ``now``; the caller commits."""
+def reconcile_study(
+    session: Session,
+    study_id: int,
+    *,
+    now: datetime,
+    series: TimeSeriesBackend | None = None,
+) -> StepResult:
+    """Move study ``study_id`` one step at time ``now``; the caller commits. Trials are
+    measured on ``series`` (default: the store, in ``session``'s transaction)."""
     study = session.get(Study, study_id)
     if study is None:
         return StepResult("skip", detail="no such study")
@@ -82,7 +90,7 @@ def reconcile_study(session: Session, study_id: int, *, now: datetime) -> StepRe
     ).first()
     if trial is None:
         return _start_trial(session, study, job, options, now)
-    return _advance_trial(session, study, job, trial, options, now)
+    return _advance_trial(session, study, job, trial, options, now, series)
 
 
 # --------------------------------------------------------------------------- starting
@@ -212,6 +220,7 @@ def _advance_trial(
     trial: Trial,
     options: StudyOptions,
     now: datetime,
+    series: TimeSeriesBackend | None,
 ) -> StepResult:
     version = trial.desired_version
     if version is None:  # pragma: no cover - an agent's trial in a tuner-driven study
@@ -302,7 +311,7 @@ def _advance_trial(
             "applied", trial.number, f"acknowledged as version {ack.acknowledged_version}"
         )
 
-    return measure_trial(session, study, job, trial, options, now)
+    return measure_trial(session, study, job, trial, options, now, series)
 
 
 def running_study_ids(session: Session) -> list[int]:

@@ -18,6 +18,8 @@ from sqlalchemy.orm import Session
 
 from tuneloop.accounts import record_audit
 from tuneloop.storage.models import Job, Study, Trial
+from tuneloop.storage.timeseries.backend import TimeSeriesBackend
+from tuneloop.storage.timeseries.store_backend import StoreBackend
 from tuner import readings, service
 from tuner.measurement import TrialVerdict, WindowStats, judge_window
 from tuner.objectives import Evaluation, get_objective
@@ -60,7 +62,10 @@ def measure_trial(
     trial: Trial,
     options: StudyOptions,
     now: datetime,
+    series: TimeSeriesBackend | None = None,
 ) -> StepResult:
+    """Judge the trial's window; read from ``series`` (default: the store, in ``session``'s
+    transaction)."""
     assert trial.applied_at is not None
     policy = options.measurement
     start = trial.applied_at
@@ -69,9 +74,10 @@ def measure_trial(
         return StepResult("waiting", trial.number, f"window ends in {end - now.timestamp():.0f} s")
     warm = start + timedelta(seconds=policy.warmup_s)
     bind = session.connection()
+    series = series or StoreBackend(bind)
     metric = readings.primary_metric(study.objective)
     samples = readings.window_samples(
-        bind,
+        series,
         job.project_id,
         job.name,
         metric,
@@ -107,7 +113,7 @@ def measure_trial(
             reason=verdict.reason,
             measurements={"window": window, "stats": _stats(verdict.stats)},
         )
-    inputs = _objective_inputs(session, study, job, trial, options, verdict, warm, now)
+    inputs = _objective_inputs(series, study, job, trial, options, verdict, warm, now)
     evaluation = get_objective(study.objective).evaluate(inputs)
     measured: dict[str, Any] = {
         "window": window,
@@ -120,7 +126,7 @@ def measure_trial(
     measured["verdict"] = verdict.reason
     # The framebuffer the configuration needed: what the memory bound is fitted on.
     uuids = readings.job_gpu_uuids(job.labels, readings.registered_gpu_uuids(bind, job.id))
-    memory = readings.gpu_memory(bind, job.project_id, job.name, uuids, start=warm, end=now)
+    memory = readings.gpu_memory(series, job.project_id, job.name, uuids, start=warm, end=now)
     measured[GPU_MEMORY_KEY] = memory.to_dict() if memory is not None else None
     if evaluation.status == "missing":
         if trial.extensions >= policy.max_extensions:
@@ -155,7 +161,7 @@ def measure_trial(
 
 
 def _objective_inputs(
-    session: Session,
+    series: TimeSeriesBackend,
     study: Study,
     job: Job,
     trial: Trial,
@@ -165,20 +171,19 @@ def _objective_inputs(
     now: datetime,
 ) -> dict[str, float | None]:
     """The objective's inputs: the judged series' mean plus what else its formula needs."""
-    bind = session.connection()
     value = verdict.value
     if study.objective == "step_time":
         return {"step_time_s": value}
     if study.objective == "slo_throughput":
-        p99 = readings.latency_quantile(bind, job.project_id, job.name, P99, start=warm, end=now)
+        p99 = readings.latency_quantile(series, job.project_id, job.name, P99, start=warm, end=now)
         return {"throughput": value, "p99_latency_s": p99, "slo_s": options.slo_s}
     inputs: dict[str, float | None] = {"throughput_samples_s": value}
     if study.objective == "goodput":
         space = study_space(study)
-        ranks = options.ranks or readings.rank_count(bind, job.project_id, job.name) or None
+        ranks = options.ranks or readings.rank_count(series, job.project_id, job.name) or None
         inputs["effective_batch"] = _effective_batch(space, trial, ranks)
         inputs["noise_scale"] = readings.window_mean(
-            bind, job.project_id, job.name, readings.NOISE_SCALE_METRIC, start=warm, end=now
+            series, job.project_id, job.name, readings.NOISE_SCALE_METRIC, start=warm, end=now
         )
         inputs["base_batch"] = float(space.base_batch) if space.base_batch is not None else None
     return inputs

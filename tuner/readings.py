@@ -13,8 +13,9 @@ Series (docs/step-timing.md; each labelled ``job`` and ``rank``):
   collector's DCGM/NVML sources or a scraped dcgm-exporter): the framebuffer of the job's GPUs,
   for the memory bound (:func:`gpu_memory`, which says which GPUs are the job's).
 
-Reads go through the query layer (``query_range`` with per-second buckets, ``latest``,
-``histogram_quantile``); nothing here decides anything.
+Reads go through the time-series contract (``query_range`` with per-second buckets,
+``find_series``, ``histogram_quantile``), so the store and a Prometheus-compatible TSDB serve them
+alike; the GPUs agents registered are read from the database. Nothing here decides anything.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from sqlalchemy import Connection, Engine, select
 
 from tuneloop.step_timing import SAMPLES_PER_SECOND, STEP_DURATION
 from tuneloop.storage.models import JobGpu
-from tuneloop.storage.timeseries.functions import histogram_quantile
-from tuneloop.storage.timeseries.query import TooManySeries, find_series, query_range
+from tuneloop.storage.timeseries.backend import TimeSeriesBackend
+from tuneloop.storage.timeseries.query import TooManySeries
 from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp, RangeSeries
 from tuner.measurement import Sample
 
@@ -64,17 +65,18 @@ def job_matchers(job_name: str) -> list[Matcher]:
     return [Matcher("job", MatchOp.EQ, job_name)]
 
 
-def has_series(bind: Bind, project_id: int, job_name: str, metric: str) -> bool:
+def has_series(series: TimeSeriesBackend, project_id: int, job_name: str, metric: str) -> bool:
     try:
-        return bool(find_series(bind, project_id, metric, job_matchers(job_name), max_series=1))
+        matchers = job_matchers(job_name)
+        return bool(series.find_series(project_id, metric, matchers, max_series=1))
     except TooManySeries:  # more than one: there is data
         return True
 
 
-def rank_count(bind: Bind, project_id: int, job_name: str) -> int:
+def rank_count(series: TimeSeriesBackend, project_id: int, job_name: str) -> int:
     """Distinct ranks with throughput series (0 when the job has none)."""
-    series = find_series(bind, project_id, THROUGHPUT_METRIC, job_matchers(job_name))
-    return len({info.labels.get(RANK_LABEL, "0") for info in series})
+    found = series.find_series(project_id, THROUGHPUT_METRIC, job_matchers(job_name))
+    return len({info.labels.get(RANK_LABEL, "0") for info in found})
 
 
 def _step_s(start: datetime, end: datetime) -> int:
@@ -82,7 +84,7 @@ def _step_s(start: datetime, end: datetime) -> int:
 
 
 def window_samples(
-    bind: Bind,
+    series: TimeSeriesBackend,
     project_id: int,
     job_name: str,
     metric: str,
@@ -97,8 +99,7 @@ def window_samples(
     if end <= start:
         return []
     step_s = _step_s(start, end)
-    found = query_range(
-        bind,
+    found = series.query_range(
         project_id,
         metric,
         job_matchers(job_name),
@@ -107,10 +108,10 @@ def window_samples(
         step_s=step_s,
         aggregation=Aggregation.AVG,
     )
-    ranks = {series.series.labels.get(RANK_LABEL, "0") for series in found}
+    ranks = {one.series.labels.get(RANK_LABEL, "0") for one in found}
     by_bucket: dict[datetime, list[float]] = defaultdict(list)
-    for series in found:
-        for ts, value in series.points:
+    for one in found:
+        for ts, value in one.points:
             by_bucket[ts].append(value)
     scale = float(len(ranks)) if per_job else 1.0
     return [
@@ -121,22 +122,35 @@ def window_samples(
 
 
 def window_mean(
-    bind: Bind, project_id: int, job_name: str, metric: str, *, start: datetime, end: datetime
+    series: TimeSeriesBackend,
+    project_id: int,
+    job_name: str,
+    metric: str,
+    *,
+    start: datetime,
+    end: datetime,
 ) -> float | None:
     """Mean of every sample of the job's ``metric`` series in ``[start, end)``, or ``None``."""
-    points = window_samples(bind, project_id, job_name, metric, start=start, end=end, per_job=False)
+    points = window_samples(
+        series, project_id, job_name, metric, start=start, end=end, per_job=False
+    )
     values = [s.value for s in points if math.isfinite(s.value)]
     return sum(values) / len(values) if values else None
 
 
 def latency_quantile(
-    bind: Bind, project_id: int, job_name: str, q: float, *, start: datetime, end: datetime
+    series: TimeSeriesBackend,
+    project_id: int,
+    job_name: str,
+    q: float,
+    *,
+    start: datetime,
+    end: datetime,
 ) -> float | None:
     """The ``q``-quantile of the requests observed in ``[start, end)`` (whole seconds, ending
     at the bucket holding ``end``), all label sets of the job pooled; ``None`` without data."""
     window_s = max(1, math.ceil((end - start).total_seconds()))
-    groups = histogram_quantile(
-        bind,
+    groups = series.histogram_quantile(
         project_id,
         q,
         LATENCY_HISTOGRAM,
@@ -195,7 +209,7 @@ def registered_gpu_uuids(bind: Bind, job_id: int) -> tuple[str, ...]:
 
 
 def gpu_memory(
-    bind: Bind,
+    series: TimeSeriesBackend,
     project_id: int,
     job_name: str,
     gpu_uuids: Iterable[str] = (),
@@ -208,8 +222,8 @@ def gpu_memory(
     The job's GPUs are those whose framebuffer series carry the job's label
     (``job="<name>"``, the label its step timings carry, put on GPU series by relabel rules or
     the exporter's pod mapping), plus those whose ``UUID`` label is one of ``gpu_uuids`` (the
-    job's :data:`GPU_UUIDS_JOB_LABEL`). Each series' raw samples are read (the peak is a
-    maximum: rollups would not change it, and windows are minutes long)."""
+    job's :data:`GPU_UUIDS_JOB_LABEL`). One bucket spans the window: its maximum and mean are
+    the same whichever source (raw samples or rollups) the store serves them from."""
     if end <= start:
         return None
     selectors = [[Matcher(JOB_LABEL, MatchOp.EQ, job_name)]]
@@ -222,8 +236,7 @@ def gpu_memory(
     def read(metric: str, aggregation: Aggregation) -> list[RangeSeries]:
         found: dict[int, RangeSeries] = {}
         for matchers in selectors:
-            for series in query_range(
-                bind,
+            for one in series.query_range(
                 project_id,
                 metric,
                 matchers,
@@ -231,18 +244,17 @@ def gpu_memory(
                 end=end,
                 step_s=step_s,
                 aggregation=aggregation,
-                use_rollups=False,
             ):
-                found[series.series.id] = series  # a GPU matched by both rules counts once
+                found[one.series.id] = one  # a GPU matched by both rules counts once
         return list(found.values())
 
-    for series in read(FB_USED_METRIC, Aggregation.MAX):
-        values = [v for _, v in series.points if math.isfinite(v)]
+    for one in read(FB_USED_METRIC, Aggregation.MAX):
+        values = [v for _, v in one.points if math.isfinite(v)]
         if values:
-            peak[_device(series)] = max(values)
+            peak[_device(one)] = max(values)
     for target, metric in ((used, FB_USED_METRIC), (free, FB_FREE_METRIC)):
-        for series in read(metric, Aggregation.AVG):
-            target[_device(series)] = {t: v for t, v in series.points if math.isfinite(v)}
+        for one in read(metric, Aggregation.AVG):
+            target[_device(one)] = {t: v for t, v in one.points if math.isfinite(v)}
     gpus: list[dict[str, Any]] = []
     for device, top in sorted(peak.items(), key=lambda item: sorted(item[0])):
         # used + free is the device's framebuffer (less what the driver reserves), bucket by

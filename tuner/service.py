@@ -41,6 +41,8 @@ from sqlalchemy.orm import Session
 from tuneloop.accounts import record_audit
 from tuneloop.errors import Conflict, NotFound
 from tuneloop.storage.models import Job, Study, Trial
+from tuneloop.storage.timeseries.backend import TimeSeriesBackend
+from tuneloop.storage.timeseries.store_backend import StoreBackend
 from tuneloop.storage.types import utcnow
 from tuner import readings, study_end, study_records
 from tuner.memory import predicted_oom_observations
@@ -193,17 +195,20 @@ def create_study(
     return study
 
 
-def require_step_timing(session: Session, job: Job, objective: str) -> int:
-    """Refuse a study of a job with no step-timing data in the store (nothing to measure its
-    trials on); returns the number of ranks the data shows (0 for a step-time-only job)."""
-    bind = session.connection()
+def require_step_timing(
+    session: Session, job: Job, objective: str, series: TimeSeriesBackend | None = None
+) -> int:
+    """Refuse a study of a job with no step-timing data in ``series`` (default: the store,
+    through ``session``): nothing to measure its trials on. Returns the number of ranks the
+    data shows (0 for a step-time-only job)."""
+    series = series or StoreBackend(session.connection())
     metric = readings.primary_metric(objective)
-    if not readings.has_series(bind, job.project_id, job.name, metric):
+    if not readings.has_series(series, job.project_id, job.name, metric):
         raise StudyError(
             f"job {job.name!r} has no step-timing data ({metric}{{job={job.name!r}}}) in the "
             "store: report step timings (docs/step-timing.md) before creating a study"
         )
-    return readings.rank_count(bind, job.project_id, job.name)
+    return readings.rank_count(series, job.project_id, job.name)
 
 
 def ask(

@@ -15,6 +15,7 @@ import logging
 from sqlalchemy.orm import Session, sessionmaker
 
 from tuneloop.storage import session_scope
+from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuneloop.storage.types import utcnow
 from tuner.loop import StepResult, reconcile_study, running_study_ids
 
@@ -26,9 +27,12 @@ def study_ids(sessions: sessionmaker[Session]) -> list[int]:
         return running_study_ids(session)
 
 
-def step_study(sessions: sessionmaker[Session], study_id: int) -> None:
-    """One pass of the loop over study ``study_id``."""
+def step_study(
+    sessions: sessionmaker[Session], study_id: int, series: TimeSeriesBackend | None = None
+) -> None:
+    """One pass of the loop over study ``study_id``, measuring on ``series`` (the runtime's
+    TSDB, if it has one)."""
     with session_scope(sessions) as session:
-        result: StepResult = reconcile_study(session, int(study_id), now=utcnow())
+        result: StepResult = reconcile_study(session, int(study_id), now=utcnow(), series=series)
     if result.action != "skip":
         log.info("study %s: %s %s %s", study_id, result.action, result.trial or "", result.detail)

@@ -38,6 +38,8 @@ from tuneloop import accounts
 from tuneloop.settings import Settings, get_settings
 from tuneloop.storage.locks import hold_write_lock
 from tuneloop.storage.models import Autoscaler
+from tuneloop.storage.timeseries.backend import TimeSeriesBackend
+from tuneloop.storage.timeseries.store_backend import StoreBackend
 
 log = logging.getLogger(__name__)
 
@@ -113,11 +115,17 @@ class _Recorder:
 
 
 def reconcile_autoscaler(
-    session: Session, autoscaler_id: int, now: datetime, *, settings: Settings | None = None
+    session: Session,
+    autoscaler_id: int,
+    now: datetime,
+    *,
+    settings: Settings | None = None,
+    series: TimeSeriesBackend | None = None,
 ) -> PassResult:
     """One pass over autoscaler ``autoscaler_id`` as of ``now``. ``session`` must have no
-    transaction open; the pass commits its own (see the module's docstring)."""
-    look = _look(session, autoscaler_id, now)
+    transaction open; the pass commits its own (see the module's docstring). Signals are read
+    from ``series`` (default: the store, through ``session``)."""
+    look = _look(session, autoscaler_id, now, series)
     if isinstance(look, PassResult):
         return look
     lease = _claim(session, look.snapshot, now)
@@ -134,7 +142,9 @@ def _snapshot(row: Autoscaler) -> _Snapshot:
     return _Snapshot(row.id, row.project_id, row.name, definition_of(row), dict(row.state))
 
 
-def _look(session: Session, autoscaler_id: int, now: datetime) -> _Look | PassResult:
+def _look(
+    session: Session, autoscaler_id: int, now: datetime, series: TimeSeriesBackend | None
+) -> _Look | PassResult:
     try:
         row = session.scalars(
             select(Autoscaler)
@@ -147,7 +157,7 @@ def _look(session: Session, autoscaler_id: int, now: datetime) -> _Look | PassRe
         try:
             policy = policy_from_dict(snap.definition.policy)
             metrics = fleet_metrics(
-                session.connection(),
+                series or StoreBackend(session.connection()),
                 snap.project_id,
                 p99=snap.definition.p99_selector,
                 queue=snap.definition.queue_selector,

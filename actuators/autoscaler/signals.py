@@ -1,4 +1,5 @@
-"""The fleet's signals from the store: the newest sample of each series the selectors match.
+"""The fleet's signals from the series backend (the store or a TSDB): the newest sample of each
+series the selectors match.
 
 A selector may match one series per replica (a ``pod`` label): the fleet's P99 is the worst of
 them and its queue their sum. Only series with a sample within the policy's
@@ -17,14 +18,14 @@ from typing import Any, Final
 
 from actuators.autoscaler.policy import Metrics
 from actuators.autoscaler.spec import selector_parts
-from tuneloop.storage.timeseries.query import Bind, latest
+from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 
 MAX_SERIES: Final = 1000
 """More series than this in one selector is a selector that needs narrowing."""
 
 
 def _signal(
-    bind: Bind,
+    series: TimeSeriesBackend,
     project_id: int,
     selector: Mapping[str, Any],
     since: datetime,
@@ -32,14 +33,14 @@ def _signal(
 ) -> tuple[float, float] | None:
     """(combined value, epoch seconds of the newest sample combined), or ``None``."""
     metric, matchers = selector_parts(selector)
-    found = latest(bind, project_id, metric, matchers, since=since, max_series=MAX_SERIES)
+    found = series.latest(project_id, metric, matchers, since=since, max_series=MAX_SERIES)
     if not found:
         return None
     return combine(sample.value for sample in found), max(s.ts for s in found).timestamp()
 
 
 def fleet_metrics(
-    bind: Bind,
+    series: TimeSeriesBackend,
     project_id: int,
     *,
     p99: Mapping[str, Any] | None,
@@ -51,8 +52,8 @@ def fleet_metrics(
     sample. Raises ``ValueError`` for a selector the store refuses (too many series, a
     regular expression PostgreSQL rejects)."""
     since = now - timedelta(seconds=max_age_s)
-    latency = _signal(bind, project_id, p99, since, max) if p99 is not None else None
-    depth = _signal(bind, project_id, queue, since, sum) if queue is not None else None
+    latency = _signal(series, project_id, p99, since, max) if p99 is not None else None
+    depth = _signal(series, project_id, queue, since, sum) if queue is not None else None
     if (p99 is not None and latency is None) or (queue is not None and depth is None):
         return None
     times = [found[1] for found in (latency, depth) if found is not None]

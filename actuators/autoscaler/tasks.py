@@ -13,6 +13,7 @@ from actuators.autoscaler.service import reconcile_autoscaler
 from tuneloop.settings import Settings
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import Autoscaler
+from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuneloop.storage.types import utcnow
 
 log = logging.getLogger(__name__)
@@ -23,6 +24,7 @@ def reconcile_all(
     *,
     now: datetime | None = None,
     settings: Settings | None = None,
+    series: TimeSeriesBackend | None = None,
 ) -> dict[str, int]:
     """A pass per enabled autoscaler (as of ``now``, default: the time each starts). Returns
     counts by the passes' actions; a pass that failed on the store counts as ``error``."""
@@ -37,7 +39,7 @@ def reconcile_all(
         try:
             with sessions() as session:
                 result = reconcile_autoscaler(
-                    session, autoscaler_id, now or utcnow(), settings=settings
+                    session, autoscaler_id, now or utcnow(), settings=settings, series=series
                 )
             action = result.action
         except Exception:
@@ -49,8 +51,13 @@ def reconcile_all(
     return counts
 
 
-def run_autoscale(sessions: sessionmaker[Session], settings: Settings) -> None:
-    """The periodic task: re-reads the store through ``sessions``, the process's runtime's."""
-    counts = reconcile_all(sessions, settings=settings)
+def run_autoscale(
+    sessions: sessionmaker[Session],
+    settings: Settings,
+    series: TimeSeriesBackend | None = None,
+) -> None:
+    """The periodic task: re-reads the store through ``sessions``, the process's runtime's,
+    and the signals from ``series`` (the runtime's TSDB, if it has one)."""
+    counts = reconcile_all(sessions, settings=settings, series=series)
     if counts:
         log.info("autoscaler pass: %s", counts)

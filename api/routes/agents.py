@@ -168,7 +168,7 @@ def _check(
     """Reconcile the job (releases a waiting desired version at once) and return the released
     version if it is newer than ``after``."""
     # A conflict means another reconciler acted: what it released is read below.
-    reconcile_now(runtime.sessions, ref.job_id)
+    reconcile_now(runtime.sessions, ref.job_id, series=runtime.remote_series)
     with session_scope(runtime.sessions) as session:
         job = session.get(Job, ref.job_id)
         if job is None:

@@ -72,10 +72,15 @@ def _writer(token: ApiToken) -> None:
 
 @router.post("/rules", status_code=status.HTTP_201_CREATED, summary="Create an alert rule")
 def create_rule(
-    body: RuleDefinition, project: ProjectDep, session: SessionDep, token: CurrentToken
+    body: RuleDefinition,
+    project: ProjectDep,
+    session: SessionDep,
+    token: CurrentToken,
+    runtime: RuntimeDep,
 ) -> RuleOut:
     _writer(token)
-    row = store.create_rule(session, project, body, actor=accounts.actor_name(token))
+    actor = accounts.actor_name(token)
+    row = store.create_rule(session, project, body, actor=actor, series=runtime.remote_series)
     return RuleOut.of(row)
 
 
@@ -99,10 +104,13 @@ def replace_rule(
     project: ProjectDep,
     session: SessionDep,
     token: CurrentToken,
+    runtime: RuntimeDep,
 ) -> RuleOut:
     _writer(token)
     row = store.get_rule(session, project, rule)
-    store.replace_rule(session, project, row, body, source="api", actor=accounts.actor_name(token))
+    actor = accounts.actor_name(token)
+    series = runtime.remote_series
+    store.replace_rule(session, project, row, body, source="api", actor=actor, series=series)
     return RuleOut.of(row)
 
 
@@ -117,13 +125,22 @@ def delete_rule(
 
 @router.post("/rules:load", summary="Create or update the rules of a YAML rule file")
 def load_rules(
-    body: RuleFileIn, project: ProjectDep, session: SessionDep, token: CurrentToken
+    body: RuleFileIn,
+    project: ProjectDep,
+    session: SessionDep,
+    token: CurrentToken,
+    runtime: RuntimeDep,
 ) -> RuleFileOut:
     """All or nothing: one invalid rule refuses the whole file, every problem listed."""
     _writer(token)
     parsed = parse_rule_file(body.text, source=body.source)  # RuleError: a 422
     outcome = store.load_rule_file(
-        session, project, parsed, source=body.source, actor=accounts.actor_name(token)
+        session,
+        project,
+        parsed,
+        source=body.source,
+        actor=accounts.actor_name(token),
+        series=runtime.remote_series,
     )
     return RuleFileOut(**outcome)
 

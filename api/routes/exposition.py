@@ -23,14 +23,13 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from alerts import store as alerts_store
-from api.deps import API_PREFIX, AUTH_ERRORS, ProjectDep, SessionDep
+from api.deps import API_PREFIX, AUTH_ERRORS, ProjectDep, RuntimeDep, SessionDep
 from api.query_params import duration_param
 from api.read_limits import ClientWatchDep, bounded_read
 from api.routes.series import SelectorDep
 from api.schemas.common import ErrorOut
 from api.services import exposition
 from api.services.series import invalid_input
-from tuneloop.storage.timeseries import query
 from tuneloop.storage.types import utcnow
 
 router = APIRouter(
@@ -55,6 +54,7 @@ MAX_AGE_LIMIT = timedelta(days=1)
     summary="The project's latest values for a Prometheus to scrape",
 )
 def project_metrics(
+    runtime: RuntimeDep,
     project: ProjectDep,
     session: SessionDep,
     client: ClientWatchDep,
@@ -68,8 +68,7 @@ def project_metrics(
         age = MAX_AGE_LIMIT
     since = utcnow() - age
     with bounded_read(session, client) as connection, invalid_input():
-        latest = query.latest(
-            connection,
+        latest = runtime.series(connection).latest(
             project.id,
             selector.metric,
             selector.matchers,

@@ -26,7 +26,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
 
-from api.deps import API_PREFIX, AUTH_ERRORS, ProjectDep, SessionDep
+from api.deps import API_PREFIX, AUTH_ERRORS, ProjectDep, RuntimeDep, SessionDep
 from api.query_params import duration_param, matchers_param, time_param
 from api.read_limits import ClientWatchDep, bounded_read
 from api.schemas.common import ErrorOut
@@ -111,14 +111,19 @@ TimeRangeDep = Annotated[TimeRange, Depends(get_time_range)]
 
 @router.get("/series", summary="Series that match a selector")
 def list_series(
-    project: ProjectDep, session: SessionDep, client: ClientWatchDep, selector: SelectorDep
+    runtime: RuntimeDep,
+    project: ProjectDep,
+    session: SessionDep,
+    client: ClientWatchDep,
+    selector: SelectorDep,
 ) -> SeriesListOut:
     with bounded_read(session, client) as connection:
-        return series_service.list_series(connection, project.id, selector)
+        return series_service.list_series(runtime.series(connection), project.id, selector)
 
 
 @router.get("/query_range", summary="Each matching series aggregated per step")
 def query_range(
+    runtime: RuntimeDep,
     project: ProjectDep,
     session: SessionDep,
     client: ClientWatchDep,
@@ -131,11 +136,14 @@ def query_range(
     ``rate`` (per second) and ``increase`` handle counter resets and pair each window's
     first sample with the one before it, so consecutive increases add up to the whole."""
     with bounded_read(session, client) as connection:
-        return series_service.range_query(connection, project.id, selector, time_range, agg, q)
+        return series_service.range_query(
+            runtime.series(connection), project.id, selector, time_range, agg, q
+        )
 
 
 @router.get("/query/latest", summary="The newest sample of each matching series")
 def query_latest(
+    runtime: RuntimeDep,
     project: ProjectDep,
     session: SessionDep,
     client: ClientWatchDep,
@@ -144,11 +152,12 @@ def query_latest(
 ) -> VectorOut:
     after = None if since is None else time_param(since, "since")
     with bounded_read(session, client) as connection:
-        return series_service.latest(connection, project.id, selector, after)
+        return series_service.latest(runtime.series(connection), project.id, selector, after)
 
 
 @router.get("/histogram_quantile", summary="Quantiles of a classic histogram per step")
 def histogram_quantile(
+    runtime: RuntimeDep,
     project: ProjectDep,
     session: SessionDep,
     client: ClientWatchDep,
@@ -161,5 +170,5 @@ def histogram_quantile(
     grouped by the labels other than ``le``; ``match`` selects among the bucket series."""
     with bounded_read(session, client) as connection:
         return series_service.histogram_quantile(
-            connection, project.id, q, Selector(metric, matchers), time_range
+            runtime.series(connection), project.id, q, Selector(metric, matchers), time_range
         )

@@ -16,6 +16,7 @@ from api.deps import (
     CurrentToken,
     PageDep,
     PathId,
+    RuntimeDep,
     SessionDep,
     require_member,
 )
@@ -59,14 +60,20 @@ def _agent_driven(study: Study) -> None:
 
 @router.post("", status_code=status.HTTP_201_CREATED, summary="Create a study for a job")
 def create_study(
-    body: StudyCreate, job: JobDep, session: SessionDep, token: CurrentToken
+    body: StudyCreate,
+    job: JobDep,
+    session: SessionDep,
+    token: CurrentToken,
+    runtime: RuntimeDep,
 ) -> StudyOut:
     """Refused with 422 and the reason for empty or inverted bounds or bounds that exclude the
     job's current config, an unknown objective or strategy, bad options, a job without
     step-timing data in the store, without a desired config or (loop-driven studies) without
     an agent seen within ``ack_timeout_s``; 409 if the job already has a study of that name."""
     require_member(token, "creating a study")
-    study = study_service.create_study(session, job, body, actor=accounts.actor_name(token))
+    study = study_service.create_study(
+        session, job, body, actor=accounts.actor_name(token), series=runtime.remote_series
+    )
     return StudyOut.of(study)
 
 

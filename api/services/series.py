@@ -1,7 +1,8 @@
-"""Reads of the time-series store for the API: plain functions from parsed parameters to
-response bodies. Bad input the store refuses (a range with too many points, too many series,
-a regular expression PostgreSQL rejects) becomes :class:`~tuneloop.errors.InvalidInput`,
-which the API answers with 422 and the store's message."""
+"""Reads of series for the API, through the time-series contract (the built-in store or a
+Prometheus-compatible TSDB): plain functions from parsed parameters to response bodies. Bad
+input the backend refuses (a range with too many points, too many series, a regular expression
+PostgreSQL or the TSDB rejects) becomes :class:`~tuneloop.errors.InvalidInput`, which the API
+answers with 422 and the backend's message."""
 
 from __future__ import annotations
 
@@ -22,15 +23,13 @@ from api.schemas.series import (
     VectorSampleOut,
 )
 from tuneloop.errors import InvalidInput
-from tuneloop.storage.timeseries import functions, query
-from tuneloop.storage.timeseries.query import METRIC_LABEL, Bind
+from tuneloop.storage.timeseries.backend import TimeSeriesBackend
+from tuneloop.storage.timeseries.query import METRIC_LABEL
 from tuneloop.storage.timeseries.types import Aggregation, Matcher, RangeSeries, SeriesInfo
 from tuneloop.storage.types import to_micros
 
 MAX_SERIES_PER_RESPONSE = 10_000
 """More series than this is a selector that needs narrowing, not an answer anyone reads."""
-
-_COUNTER_FUNCTIONS = {"rate": functions.rate, "increase": functions.increase}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +60,9 @@ def invalid_input() -> Iterator[None]:
         raise InvalidInput(str(exc)) from None
 
 
-def list_series(bind: Bind, project_id: int, selector: Selector) -> SeriesListOut:
+def list_series(series: TimeSeriesBackend, project_id: int, selector: Selector) -> SeriesListOut:
     with invalid_input():
-        found = query.find_series(
-            bind,
+        found = series.find_series(
             project_id,
             selector.metric,
             selector.matchers,
@@ -76,7 +74,7 @@ def list_series(bind: Bind, project_id: int, selector: Selector) -> SeriesListOu
 
 
 def range_query(
-    bind: Bind,
+    series: TimeSeriesBackend,
     project_id: int,
     selector: Selector,
     time_range: TimeRange,
@@ -86,14 +84,14 @@ def range_query(
     """``aggregation`` of each matching series per step; ``rate`` and ``increase`` as
     documented in :mod:`tuneloop.storage.timeseries.functions`."""
     with invalid_input():
-        found = _range_series(bind, project_id, selector, time_range, aggregation, q)
+        found = _range_series(series, project_id, selector, time_range, aggregation, q)
     return MatrixOut(
         result=[MatrixSeriesOut(metric=_metric(s.series), values=_values(s.points)) for s in found]
     )
 
 
 def _range_series(
-    bind: Bind,
+    series: TimeSeriesBackend,
     project_id: int,
     selector: Selector,
     time_range: TimeRange,
@@ -101,12 +99,12 @@ def _range_series(
     q: float | None,
 ) -> list[RangeSeries]:
     start, end, step_s = time_range.start, time_range.end, time_range.step_s
-    counter_function = _COUNTER_FUNCTIONS.get(aggregation)
+    counter_functions = {"rate": series.rate, "increase": series.increase}
+    counter_function = counter_functions.get(aggregation)
     if counter_function is not None:
         if q is not None:
             raise ValueError(f"q is only meaningful for quantile, not {aggregation}")
         return counter_function(
-            bind,
             project_id,
             selector.metric,
             selector.matchers,
@@ -118,8 +116,7 @@ def _range_series(
         )
     if time_range.window_s is not None:
         raise ValueError(f"window is only meaningful for rate and increase, not {aggregation}")
-    return query.query_range(
-        bind,
+    return series.query_range(
         project_id,
         selector.metric,
         selector.matchers,
@@ -132,10 +129,11 @@ def _range_series(
     )
 
 
-def latest(bind: Bind, project_id: int, selector: Selector, since: datetime | None) -> VectorOut:
+def latest(
+    series: TimeSeriesBackend, project_id: int, selector: Selector, since: datetime | None
+) -> VectorOut:
     with invalid_input():
-        found = query.latest(
-            bind,
+        found = series.latest(
             project_id,
             selector.metric,
             selector.matchers,
@@ -151,14 +149,13 @@ def latest(bind: Bind, project_id: int, selector: Selector, since: datetime | No
 
 
 def histogram_quantile(
-    bind: Bind, project_id: int, q: float, selector: Selector, time_range: TimeRange
+    series: TimeSeriesBackend, project_id: int, q: float, selector: Selector, time_range: TimeRange
 ) -> MatrixOut:
     """Per group of bucket series (labels other than ``le``; no ``__name__``, as in PromQL),
     the ``q``-quantile per step. ``selector.metric`` is the histogram's base name."""
     assert selector.metric is not None
     with invalid_input():
-        found = functions.histogram_quantile(
-            bind,
+        found = series.histogram_quantile(
             project_id,
             q,
             selector.metric,

@@ -9,13 +9,21 @@ from sqlalchemy.orm import Session
 from api.schemas.studies import StudyCreate
 from tuneloop import job_agents
 from tuneloop.storage.models import Job, Study
+from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuner import service
 from tuner.objectives import default_objective
 from tuner.space import SearchSpace
 from tuner.study_options import MemoryPolicy, StudyOptions, measurement_policy
 
 
-def create_study(session: Session, job: Job, body: StudyCreate, *, actor: str) -> Study:
+def create_study(
+    session: Session,
+    job: Job,
+    body: StudyCreate,
+    *,
+    actor: str,
+    series: TimeSeriesBackend | None = None,
+) -> Study:
     """Validate ``body`` (space, objective, strategy and its options, measurement policy,
     step-timing data of the job, its agent, its pre-study config) and create the study.
     Raises :mod:`tuneloop.errors` kinds with one-line reasons (invalid input, among them a
@@ -42,7 +50,7 @@ def create_study(session: Session, job: Job, body: StudyCreate, *, actor: str) -
         ack_timeout_s=body.ack_timeout_s,
         memory=MemoryPolicy(enabled=body.memory.enabled, headroom=body.memory.headroom),
     )
-    ranks_seen = service.require_step_timing(session, job, objective)
+    ranks_seen = service.require_step_timing(session, job, objective, series)
     if options.driven_by == "tuner":
         job_agents.require_live_agent(session, job, options.ack_timeout_s)
     if options.ranks is None and ranks_seen:

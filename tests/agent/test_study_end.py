@@ -21,6 +21,7 @@ from tuneloop.agent import Agent, RankInfo
 from tuneloop.job_configs import study_outcome_source
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import Job, Project, Study, Trial
+from tuneloop.storage.timeseries.store_backend import StoreBackend
 from tuneloop.storage.types import utcnow
 from tuner.loop import StepResult, reconcile_study
 from tuner.readings import THROUGHPUT_METRIC, has_series
@@ -218,7 +219,7 @@ def trial_states(live: Live, study_id: int) -> list[str]:
 
 def _has_steps(live: Live) -> bool:
     with live.runtime.engine.connect() as connection:
-        return has_series(connection, _project_id(live), JOB, THROUGHPUT_METRIC)
+        return has_series(StoreBackend(connection), _project_id(live), JOB, THROUGHPUT_METRIC)
 
 
 def _desired(live: Live) -> list[tuple[int, dict[str, Any], str]]:

@@ -18,6 +18,7 @@ from tests.api.conftest import Minter, bearer
 from tests.helpers import api_server, wait_for
 from tests.storage.test_deadline import SQLITE_SLOW
 from tuneloop.runtime import Runtime
+from tuneloop.storage.timeseries.store_backend import StoreBackend
 from tuneloop.storage.timeseries.writer import SampleWriter
 
 
@@ -29,10 +30,11 @@ def test_a_read_is_cancelled_when_its_client_disconnects(
     outcomes: list[BaseException | None] = []
     slow = "SELECT pg_sleep(30)" if runtime.engine.dialect.name == "postgresql" else SQLITE_SLOW
 
-    def slow_list(connection: Connection, *_: Any) -> Any:
+    def slow_list(series: StoreBackend, *_: Any) -> Any:
         # Stands in for a read that takes long (a huge project, a slow disk).
+        assert isinstance(series.bind, Connection)
         try:
-            connection.execute(text(slow)).all()
+            series.bind.execute(text(slow)).all()
             outcomes.append(None)
         except BaseException as exc:
             outcomes.append(exc)

@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 from tests.tuner import jobsim
 from tuneloop.job_agents import RankGpus, register_agent
 from tuneloop.storage import session_factory, session_scope
+from tuneloop.storage.timeseries.store_backend import StoreBackend
 from tuneloop.storage.types import utcnow
 from tuner.readings import gpu_memory, job_gpu_uuids, registered_gpu_uuids
 
@@ -53,7 +54,7 @@ def test_the_jobs_gpus_by_label_or_registered_uuid(engine: Engine) -> None:
     )
     jobsim.write_gpu_memory(engine, project_id, gpu(2), **window, used_mib=79000, total_mib=TOTAL)
 
-    reading = gpu_memory(engine, project_id, "train", uuids, **window)
+    reading = gpu_memory(StoreBackend(engine), project_id, "train", uuids, **window)
     assert reading is not None
     assert sorted((g["Hostname"], g["gpu"]) for g in reading.gpus) == [
         ("node-1", "0"),
@@ -65,12 +66,12 @@ def test_the_jobs_gpus_by_label_or_registered_uuid(engine: Engine) -> None:
     as_json = reading.to_dict()
     assert as_json["peak_mib"] == reading.peak_mib and len(as_json["gpus"]) == 3
 
-    only_label = gpu_memory(engine, project_id, "train", (), **window)
+    only_label = gpu_memory(StoreBackend(engine), project_id, "train", (), **window)
     assert only_label is not None and only_label.peak_mib == pytest.approx(40000)
     # Outside the window, or a job without GPU series: no reading, never a zero.
     later = {"start": t0 + timedelta(seconds=120), "end": t0 + timedelta(seconds=180)}
-    assert gpu_memory(engine, project_id, "train", uuids, **later) is None
-    assert gpu_memory(engine, project_id, "nobody", (), **window) is None
+    assert gpu_memory(StoreBackend(engine), project_id, "train", uuids, **later) is None
+    assert gpu_memory(StoreBackend(engine), project_id, "nobody", (), **window) is None
 
 
 @pytest.mark.parametrize(

@@ -86,7 +86,12 @@ def load(
                     if found is None:
                         fail(f"project {name!r} does not exist", 1)
                     outcome = store.load_rule_file(
-                        session, found, parsed, source=source, actor="cli"
+                        session,
+                        found,
+                        parsed,
+                        source=source,
+                        actor="cli",
+                        series=runtime.remote_series,
                     )
             except errors.PermanentError as exc:  # RuleError among them
                 fail(str(exc), 1)

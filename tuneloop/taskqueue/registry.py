@@ -73,20 +73,22 @@ def _running_studies() -> Sequence[int]:
 def _step_study(study_id: int) -> None:
     from tuner.tasks import step_study
 
-    step_study(task_runtime().sessions, study_id)
+    runtime = task_runtime()
+    step_study(runtime.sessions, study_id, runtime.remote_series)
 
 
 def _reconcile_jobs() -> None:
     from actuators.tasks import run_reconcile
 
-    run_reconcile(task_runtime().sessions)
+    runtime = task_runtime()
+    run_reconcile(runtime.sessions, runtime.remote_series)
 
 
 def _autoscale() -> None:
     from actuators.autoscaler.tasks import run_autoscale
 
     runtime = task_runtime()
-    run_autoscale(runtime.sessions, runtime.settings)
+    run_autoscale(runtime.sessions, runtime.settings, runtime.remote_series)
 
 
 def _evaluate_alerts() -> None:

@@ -253,7 +253,7 @@ def query_range(
     the range are left out; points are sorted by bucket start. Raises :class:`TooManySeries`,
     before reading any sample, if more than ``max_series`` series match."""
     aggregation = Aggregation(aggregation)
-    _check_range(start, end, step_s, aggregation, q)
+    check_query(start, end, step_s, aggregation, q)
     with use_connection(bind) as connection:
         dialect = connection.dialect.name
         matching, ids = matched_series(connection, project_id, metric, matchers, max_series)
@@ -272,9 +272,11 @@ def query_range(
     return _range_series(found, rows)
 
 
-def _check_range(
+def check_query(
     start: datetime, end: datetime, step_s: int, aggregation: Aggregation, q: float | None
 ) -> None:
+    """Raise ``ValueError`` unless :func:`query_range` can answer this range and
+    aggregation (``q`` given for a quantile and only for it)."""
     check_range(start, end, step_s)
     if aggregation is Aggregation.QUANTILE:
         if q is None or not 0.0 <= q <= 1.0:
