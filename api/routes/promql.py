@@ -21,11 +21,12 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 import tuneloop
-from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, SessionDep
+from api.deps import API_PREFIX, AUTH_ERRORS, CurrentToken, RuntimeDep, SessionDep
 from api.read_limits import READ_TIMEOUT_S, ClientWatchDep, bounded_read
 from api.services import promql as service
 from tuneloop.errors import InvalidInput, PermissionDenied
 from tuneloop.promql import ExecutionError, PromQLError, QueryTimeout
+from tuneloop.runtime import Runtime
 from tuneloop.settings import get_settings
 from tuneloop.storage.deadline import QueryInterrupted
 from tuneloop.storage.timeseries.query import TooManySeries
@@ -57,7 +58,14 @@ def _one(params: Params, name: str) -> str | None:
     return values[-1] if values else None
 
 
-def _project_id(token: CurrentToken) -> int:
+def _project_id(token: CurrentToken, runtime: Runtime) -> int:
+    if runtime.remote_series is not None:
+        # The engine reads the built-in store, which holds no series when they live in the
+        # TSDB: an empty answer would look like no data.
+        raise ExecutionError(
+            "series live in the TSDB at TUNELOOP_TSDB_URL, not in tuneloop's store: query "
+            "that TSDB's own PromQL API (tuneloop's series carry the project label there)"
+        )
     if token.project_id is None:
         raise PermissionDenied(
             "an admin token belongs to no project: query with a project's token "
@@ -104,10 +112,14 @@ def _query_text(params: Params) -> str:
     "/query", summary="PromQL instant query (form)", operation_id="prometheus_instant_query_form"
 )
 def instant_query(
-    token: CurrentToken, session: SessionDep, client: ClientWatchDep, params: ParamsDep
+    token: CurrentToken,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    client: ClientWatchDep,
+    params: ParamsDep,
 ) -> JSONResponse:
     def compute() -> Any:
-        project_id = _project_id(token)
+        project_id = _project_id(token, runtime)
         text = _query_text(params)
         at = service.time_ms(_one(params, "time"), "time", default=datetime.now(UTC))
         timeout = _timeout_s(params)
@@ -128,10 +140,14 @@ def instant_query(
     "/query_range", summary="PromQL range query (form)", operation_id="prometheus_range_query_form"
 )
 def range_query(
-    token: CurrentToken, session: SessionDep, client: ClientWatchDep, params: ParamsDep
+    token: CurrentToken,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    client: ClientWatchDep,
+    params: ParamsDep,
 ) -> JSONResponse:
     def compute() -> Any:
-        project_id = _project_id(token)
+        project_id = _project_id(token, runtime)
         text = _query_text(params)
         start = service.time_ms(_one(params, "start"), "start")
         end = service.time_ms(_one(params, "end"), "end")
@@ -159,10 +175,14 @@ def range_query(
     "/series", summary="Series matching selectors (form)", operation_id="prometheus_series_form"
 )
 def series(
-    token: CurrentToken, session: SessionDep, client: ClientWatchDep, params: ParamsDep
+    token: CurrentToken,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    client: ClientWatchDep,
+    params: ParamsDep,
 ) -> JSONResponse:
     def compute() -> Any:
-        project_id = _project_id(token)
+        project_id = _project_id(token, runtime)
         with bounded_read(session, client) as connection:
             return service.series(
                 connection,
@@ -178,10 +198,14 @@ def series(
 @router.get("/labels", summary="Label names", operation_id="prometheus_labels")
 @router.post("/labels", summary="Label names (form)", operation_id="prometheus_labels_form")
 def labels(
-    token: CurrentToken, session: SessionDep, client: ClientWatchDep, params: ParamsDep
+    token: CurrentToken,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    client: ClientWatchDep,
+    params: ParamsDep,
 ) -> JSONResponse:
     def compute() -> Any:
-        project_id = _project_id(token)
+        project_id = _project_id(token, runtime)
         with bounded_read(session, client) as connection:
             return service.label_names(
                 connection,
@@ -198,12 +222,13 @@ def labels(
 def label_values(
     name: str,
     token: CurrentToken,
+    runtime: RuntimeDep,
     session: SessionDep,
     client: ClientWatchDep,
     params: ParamsDep,
 ) -> JSONResponse:
     def compute() -> Any:
-        project_id = _project_id(token)
+        project_id = _project_id(token, runtime)
         with bounded_read(session, client) as connection:
             return service.label_values(
                 connection,
@@ -218,9 +243,11 @@ def label_values(
 
 
 @router.get("/metadata", summary="Metric types, for Grafana's metric browser")
-def metadata(token: CurrentToken, session: SessionDep, client: ClientWatchDep) -> JSONResponse:
+def metadata(
+    token: CurrentToken, runtime: RuntimeDep, session: SessionDep, client: ClientWatchDep
+) -> JSONResponse:
     def compute() -> Any:
-        project_id = _project_id(token)
+        project_id = _project_id(token, runtime)
         with bounded_read(session, client) as connection:
             return service.metadata(connection, project_id)
 
