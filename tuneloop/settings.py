@@ -156,6 +156,10 @@ class Settings(BaseSettings):
     remote_write_spool_dir: Path | None = None
     """Where forwarded samples wait on disk. Unset: ``spool_dir/remote-write``."""
 
+    promql_max_samples: int = Field(default=50_000_000, ge=1)
+    """Most raw samples one PromQL query may read (as Prometheus' ``query.max-samples``): a
+    query that would read more is refused before it reads any."""
+
     @field_validator("database_url")
     @classmethod
     def _check_database_url(cls, value: str) -> str:
