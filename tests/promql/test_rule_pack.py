@@ -73,13 +73,44 @@ def test_each_rule_answers_as_prometheus_does(
     assert theirs["result"], f"{alert}: Prometheus has no value for {query}"
 
 
-def test_most_rules_fire(tuneloop_api: Tuneloop, prometheus_url: str) -> None:
-    firing, theirs = set(), set()
+def _gpu(gpu: str, **labels: str) -> dict[str, str]:
+    return {"Hostname": "gpu-node-21", "gpu": gpu, **labels}
+
+
+# Who each rule fires for: the incidents tests/promql/incidents.py is shaped after.
+INCIDENTS = {
+    "GpuIdleWhileJobRuns": _gpu("2"),
+    "GpuMigSliceIdleWhileJobRuns": _gpu("3", GPU_I_ID="1"),
+    "GpuXidErrors": _gpu("1", xid="48"),
+    "GpuXidError": _gpu("1", err_code="48"),
+    "GpuHealthNotPassing": _gpu("1", health_watch="MEM"),
+    "GpuTemperatureHigh": _gpu("1"),
+    "GpuThermalThrottling": _gpu("1"),
+    "GpuPowerThrottling": _gpu("0"),
+    "GpuEccDoubleBitErrors": _gpu("1"),
+    "GpuUncorrectableRowsRemapped": _gpu("1"),
+    "GpuFramebufferFullWhileIdle": _gpu("2"),
+    "NvlinkCrcErrors": _gpu("0"),
+    "NvlinkRecoveryErrors": _gpu("0"),
+    "StepTimeRegression": {"job": "llm-sft"},
+    "InferenceP99SloBreach": {"job": "inference/vllm"},
+    "DataLoaderStall": {"job": "llm-sft"},
+    "GpuNodeDown": {"Hostname": "gpu-node-22"},
+    "JobSilent": {"job": "llm-sft"},
+}
+
+
+def test_most_rules_fire_each_for_its_incident(tuneloop_api: Tuneloop, prometheus_url: str) -> None:
+    firing: dict[str, list[dict[str, str]]] = {}
     for alert, expr in RULES:
         params = {"query": expr, **WINDOW}
-        if _ours(tuneloop_api, "/api/v1/query_range", params)["result"]:
-            firing.add(alert)
-        if prom_api(prometheus_url, "/api/v1/query_range", params)["result"]:
-            theirs.add(alert)
-    assert firing == theirs
-    assert len(firing) >= 10, sorted(set(alert for alert, _ in RULES) - firing)
+        ours = _ours(tuneloop_api, "/api/v1/query_range", params)["result"]
+        theirs = prom_api(prometheus_url, "/api/v1/query_range", params)["result"]
+        assert bool(ours) == bool(theirs), alert
+        if ours:
+            firing[alert] = [series["metric"] for series in ours]
+    assert len(firing) >= 10, sorted({alert for alert, _ in RULES} - firing.keys())
+    for alert, labels in INCIDENTS.items():
+        fired = firing.get(alert, [])
+        assert any(labels.items() <= metric.items() for metric in fired), (alert, fired)
+    assert all(s["job"] != "inference/embedder" for s in firing["InferenceP99SloBreach"])
