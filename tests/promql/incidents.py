@@ -44,7 +44,9 @@ DOWN_AT = 160  # gpu-node-22 and llm-sft stop at 40 min
 SLOW = range(120, 170)  # inference/vllm is slow from 30 to 42.5 min
 H100 = "NVIDIA H100 80GB HBM3"
 DRIVER = "570.133.20"
-HEALTH_WATCHES = ("PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "THERMAL", "POWER")
+HEALTH_WATCHES = (
+    "PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "THERMAL", "POWER", "DRIVER"
+)  # fmt: skip
 HTTP_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
 """OpenTelemetry's advised buckets for ``http.server.request.duration``."""
 
