@@ -18,6 +18,7 @@ from api.main import create_app
 from tests.conftest import reset_postgres
 from tests.helpers import promtool
 from tests.peers import running_prometheus
+from tests.promql import incidents
 from tests.promql.data import GenSeries, generate, write_openmetrics
 from tuneloop import accounts
 from tuneloop.runtime import Runtime
@@ -30,7 +31,7 @@ from tuneloop.storage.timeseries.writer import SampleWriter
 
 @pytest.fixture(scope="session")
 def promql_data() -> list[GenSeries]:
-    return generate()
+    return [*generate(), *incidents.generate()]
 
 
 @pytest.fixture(scope="session")
