@@ -185,3 +185,30 @@ def test_grafana_provisioning() -> None:
     (provider,) = dashboards["providers"]
     mounted = {target for service, _, target in host_mounts() if service == "grafana"}
     assert provider["options"]["path"] in mounted
+
+
+TSDB_URL = "http://victoriametrics:8428"
+TSDB_UP = f"TUNELOOP_TSDB_URL={TSDB_URL} docker compose --profile tsdb up --build"
+
+
+def test_the_tsdb_profile_adds_victoria_metrics_and_only_it() -> None:
+    profiled = {name for name, service in SERVICES.items() if service.get("profiles")}
+    assert profiled == {"victoriametrics"}  # a plain `docker compose up` is unchanged
+    vm = SERVICES["victoriametrics"]
+    assert vm["profiles"] == ["tsdb"]
+    assert vm["image"].startswith("victoriametrics/victoria-metrics:")
+    assert "http://127.0.0.1:8428/health" in vm["healthcheck"]["test"]
+    assert any(volume.endswith(":/storage") for volume in vm["volumes"])
+    assert "-storageDataPath=/storage" in command_of(vm)
+
+
+def test_tuneloop_services_take_the_tsdb_url_from_the_environment() -> None:
+    for name, _ in tuneloop_commands():
+        environment = SERVICES[name]["environment"]
+        # Unset: empty, series in PostgreSQL; the profile's command sets it.
+        assert environment["TUNELOOP_TSDB_URL"] == "${TUNELOOP_TSDB_URL:-}", name
+    settings = Settings(tsdb_url=TSDB_URL)
+    host, _, port = settings.tsdb_url.removeprefix("http://").partition(":")
+    assert int(port) in served_ports(SERVICES[host])
+    assert TSDB_UP in (ROOT / "docker-compose.yml").read_text()
+    assert TSDB_UP in (ROOT / "docs/deploy-on-your-tsdb.md").read_text()

@@ -161,12 +161,15 @@ def test_the_whole_loop_runs_on_victoria_metrics(empty_database_url: str, tmp_pa
         try:
             with engine.connect() as connection:
                 samples = connection.execute(text("SELECT count(*) FROM samples")).scalar_one()
+                series = connection.execute(text("SELECT count(*) FROM series")).scalar_one()
+                state = connection.execute(text("SELECT pg_database_size(current_database())"))
+                print(f"PostgreSQL holds {state.scalar_one()} bytes of state")
                 project_id = connection.execute(
                     text("SELECT id FROM projects WHERE name = :name"), {"name": PROJECT}
                 ).scalar_one()
         finally:
             engine.dispose()
-        assert samples == 0
+        assert (samples, series) == (0, 0)
         flush_victoria_metrics(vm)
         held = prom_api(
             vm,
