@@ -3,7 +3,8 @@
 A real ``tuneloop up`` child process on a PostgreSQL database with ``TUNELOOP_TSDB_URL`` at a
 real VictoriaMetrics; the demo's real 2-rank DDP job sends its step timings over OTLP; a study
 created through the API measures its trials from series read back from VictoriaMetrics; a
-person's change is verified by the actuator from them; an alert rule fires on them. Then
+person's change is verified by the actuator from them; an alert rule fires on them; the
+project's exposition shows them; cost says it cannot read them. Then
 PostgreSQL's ``samples`` table is empty and VictoriaMetrics holds the job's series.
 
 Quick measurement settings (3 trials of 2 s warm-up + 6 s window, a 5 s verification window,
@@ -29,8 +30,6 @@ from tuneloop.demo.processes import (
     start_job,
 )
 from tuneloop.demo.runner import DemoPlan, study_body
-
-pytest.importorskip("torch", reason="the demo's job is a PyTorch DDP job (tuneloop[demo])")
 
 T = TypeVar("T")
 JOB = "digits"
@@ -143,6 +142,11 @@ def test_the_whole_loop_runs_on_victoria_metrics(empty_database_url: str, tmp_pa
 
                 fired = wait_for(firing, 60, "the alert rule to fire")
                 assert {a["rule"] for a in fired} == {"JobTraining"}, fired
+
+                # The project's exposition (what a Prometheus would scrape) reads the TSDB too.
+                exposition = client.get(f"{plane.url}/api/v1/projects/{PROJECT}/metrics")
+                assert exposition.status_code == 200, exposition.text
+                assert "tuneloop_samples_per_second{" in exposition.text
 
                 # Cost reads the store's samples and rollups: refused with a reason, not zero.
                 cost = client.get(
