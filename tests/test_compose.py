@@ -176,10 +176,15 @@ def test_prometheus_config_passes_promtool() -> None:
 def test_grafana_provisioning() -> None:
     provisioning = ROOT / "dashboards/provisioning"
     datasources = yaml.safe_load((provisioning / "datasources/tuneloop.yml").read_text())
-    by_type = {source["type"]: source for source in datasources["datasources"]}
-    assert by_type["grafana-postgresql-datasource"]["url"] == "postgres:5432"
-    assert by_type["grafana-postgresql-datasource"]["jsonData"]["database"] == "tuneloop"
-    assert by_type["prometheus"]["url"] == "http://prometheus:9090"
+    by_name = {source["name"]: source for source in datasources["datasources"]}
+    assert by_name["tuneloop"]["type"] == "grafana-postgresql-datasource"
+    assert by_name["tuneloop"]["url"] == "postgres:5432"
+    assert by_name["tuneloop"]["jsonData"]["database"] == "tuneloop"
+    assert by_name["prometheus"]["type"] == "prometheus"
+    assert by_name["prometheus"]["url"] == "http://prometheus:9090"
+    # The tsdb profile's VictoriaMetrics, at the URL the tuneloop services are given there.
+    assert by_name["victoriametrics"]["type"] == "prometheus"
+    assert by_name["victoriametrics"]["url"] == TSDB_URL
 
     dashboards = yaml.safe_load((provisioning / "dashboards/tuneloop.yml").read_text())
     (provider,) = dashboards["providers"]
