@@ -19,7 +19,8 @@ Each rule kind becomes the PromQL that computes what tuneloop's evaluator comput
 - ``unless``: ``... unless on (<matching>) <agg>_over_time(other[window]) [op threshold]``.
 
 Labels are ``severity`` and the rule's own; annotations are copied as written (tuneloop's
-templates are the subset of Prometheus' that renders the same in both).
+templates are the subset of Prometheus' that renders the same in both), ``runbook_url`` built
+from ``--runbook-base-url`` or the pack's ``runbook_base_url`` (alerts.runbooks).
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ from typing import Any
 
 import yaml
 
-from alerts.rules import RuleDefinition, RuleFile, RuleKind, UnlessSpec, parse_rule_file
+from alerts.rules import (
+    RuleDefinition,
+    RuleError,
+    RuleFile,
+    RuleKind,
+    UnlessSpec,
+    parse_rule_file,
+)
 
 _OVER_TIME = {
     "last": "last_over_time",
@@ -146,9 +154,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("pack", type=Path, help="the tuneloop rule pack (YAML)")
     parser.add_argument("--group", help="rule group name (default: tuneloop-<pack name>)")
+    parser.add_argument(
+        "--runbook-base-url",
+        help="where docs/runbooks.md is published: each rule's runbook_url becomes "
+        "<URL>#<rule name in lower case> (default: the pack's runbook_base_url)",
+    )
     args = parser.parse_args(argv)
     path: Path = args.pack
-    pack = parse_rule_file(path.read_text(), source=str(path))
+    try:
+        pack = parse_rule_file(
+            path.read_text(), source=str(path), runbook_base_url=args.runbook_base_url
+        )
+    except RuleError as exc:
+        parser.error(str(exc))
     group = args.group or f"tuneloop-{path.stem}"
     sys.stdout.write(export(pack, source=path.as_posix(), group=group))
     return 0

@@ -40,6 +40,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from alerts import runbooks
 from alerts.templates import TemplateError, check_template
 from tuneloop.errors import InvalidInput
 from tuneloop.storage.timeseries.matchers import parse_matcher
@@ -407,6 +408,8 @@ class InhibitDefinition:
 class RuleFile:
     rules: list[RuleDefinition]
     inhibit_rules: list[InhibitDefinition]
+    runbook_base_url: str = ""
+    """Where the pack's runbooks are published (alerts.runbooks); empty: no links added."""
 
 
 def parse_inhibit(data: Any) -> InhibitDefinition:
@@ -429,9 +432,13 @@ def parse_inhibit(data: Any) -> InhibitDefinition:
     )
 
 
-def parse_rule_file(text: str, *, source: str = "<string>") -> RuleFile:
-    """A YAML file of ``rules:`` (and optional ``inhibit_rules:``). Every problem is reported at
-    once, one per line, so a file is fixed in one pass."""
+def parse_rule_file(
+    text: str, *, source: str = "<string>", runbook_base_url: str | None = None
+) -> RuleFile:
+    """A YAML file of ``rules:`` (and optional ``inhibit_rules:`` and ``runbook_base_url:``).
+    Every problem is reported at once, one per line, so a file is fixed in one pass. Rules
+    without a ``runbook_url`` get one from ``runbook_base_url`` when given (not empty), else
+    from the file's own."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -451,6 +458,9 @@ def parse_rule_file(text: str, *, source: str = "<string>") -> RuleFile:
             inhibits.append(parse_inhibit(item))
         except RuleError as exc:
             problems.append(str(exc))
+    base_url = runbook_base_url or data.get("runbook_base_url") or ""
+    if (problem := runbooks.check_base_url(base_url)) is not None:
+        problems.append(problem)
     names = [rule.name for rule in rules]
     problems.extend(
         f"rule {name}: defined more than once"
@@ -459,4 +469,4 @@ def parse_rule_file(text: str, *, source: str = "<string>") -> RuleFile:
     )
     if problems:
         raise RuleError(f"{source}: " + "\n".join(problems))
-    return RuleFile(rules, inhibits)
+    return RuleFile(runbooks.with_runbook_links(rules, base_url), inhibits, base_url)

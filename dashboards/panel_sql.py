@@ -16,7 +16,12 @@ def series_of(metric: str) -> str:
 
 # dcgm-exporter's label names: ``Hostname`` (not ``hostname``), ``gpu``.
 GPU_FILTER = "labels->>'Hostname' IN (${host:sqlstring}) AND labels->>'gpu' IN (${gpu:sqlstring})"
-GPU_NAME = "(labels->>'Hostname') || ' gpu ' || (labels->>'gpu')"
+# A MIG instance is a series of its own: its profile and instance id keep its line apart from
+# its siblings' (the text is NULL, so nothing is added, for a whole GPU).
+GPU_NAME = (
+    "(labels->>'Hostname') || ' gpu ' || (labels->>'gpu')"
+    " || coalesce(' ' || (labels->>'GPU_I_PROFILE') || ' ' || (labels->>'GPU_I_ID'), '')"
+)
 JOB_FILTER = "labels->>'job' = ${job:sqlstring}"
 
 

@@ -1,8 +1,9 @@
 """GPU cost accounting: GPU time, idle GPU time and energy per GPU (or MIG instance), job, team,
 namespace, pod and project.
 
-Definitions (the Cost dashboard's ``tuneloop_gpu_usage`` SQL function, migration 0005,
-computes the same figures on PostgreSQL for whole GPUs; tests hold both to the same numbers):
+Definitions (the Cost dashboard's ``tuneloop_gpu_usage`` SQL function, migration 0011,
+computes the same figures on PostgreSQL, MIG instances included; tests hold both to the same
+numbers):
 
 - A GPU is a ``DCGM_FI_DEV_GPU_UTIL`` series (dcgm-exporter's names and labels, as every GPU
   source stores them). A MIG instance reports no ``DCGM_FI_DEV_GPU_UTIL``: it is a

@@ -137,6 +137,9 @@ class Settings(BaseSettings):
     """How often queued notifications are retried (new ones go out right after evaluation)."""
     alerts_external_url: str = ""
     """Link put in notifications (``externalURL``, ``generatorURL``); default: the API's URL."""
+    alerts_runbook_base_url: str = ""
+    """Where docs/runbooks.md is published: rules loaded without a ``runbook_url`` get
+    ``<URL>#<rule name in lower case>``; empty: the rule file's ``runbook_base_url``, if any."""
     alerts_allowed_target_networks: Annotated[tuple[IPvAnyNetwork, ...], NoDecode] = ()
     """Networks (CIDRs, comma-separated in the environment) that alert receivers may reach
     although they are loopback, link-local, private or otherwise not public: receivers are
@@ -160,6 +163,10 @@ class Settings(BaseSettings):
     """How long one forwarded request may take before it is retried."""
     remote_write_spool_dir: Path | None = None
     """Where forwarded samples wait on disk. Unset: ``spool_dir/remote-write``."""
+
+    promql_max_samples: int = Field(default=50_000_000, ge=1)
+    """Most raw samples one PromQL query may read (as Prometheus' ``query.max-samples``): a
+    query that would read more is refused before it reads any."""
 
     @field_validator("database_url")
     @classmethod

@@ -133,7 +133,9 @@ def load_rules(
 ) -> RuleFileOut:
     """All or nothing: one invalid rule refuses the whole file, every problem listed."""
     _writer(token)
-    parsed = parse_rule_file(body.text, source=body.source)  # RuleError: a 422
+    parsed = parse_rule_file(  # RuleError: a 422
+        body.text, source=body.source, runbook_base_url=runtime.settings.alerts_runbook_base_url
+    )
     outcome = store.load_rule_file(
         session,
         project,

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.exceptions import RequestValidationError
 
 from api.deps import API_PREFIX, AUTH_ERRORS, ProjectDep, RuntimeDep, SessionDep
 from api.query_params import duration_param, matchers_param, time_param
@@ -34,6 +35,21 @@ from api.services import series as series_service
 from api.services.series import Selector, TimeRange
 from tuneloop.storage.timeseries.types import Matcher
 
+
+def refuse_promql(request: Request) -> None:
+    """These routes take a selector, not PromQL: a ``query`` parameter would otherwise be
+    ignored without a word, and the answer mistaken for the expression's."""
+    if "query" in request.query_params:
+        problem = {
+            "type": "value_error",
+            "loc": ("query", "query"),
+            "msg": "PromQL is answered at /api/v1/query and /api/v1/query_range; "
+            "this route selects series with metric= and match=",
+            "input": request.query_params["query"],
+        }
+        raise RequestValidationError([problem])
+
+
 router = APIRouter(
     prefix=f"{API_PREFIX}/projects/{{project}}",
     tags=["series"],
@@ -41,6 +57,7 @@ router = APIRouter(
         **AUTH_ERRORS,
         422: {"model": ErrorOut, "description": "A malformed parameter, or a query too large"},
     },
+    dependencies=[Depends(refuse_promql)],
 )
 
 MAX_MATCHERS = 32

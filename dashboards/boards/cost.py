@@ -1,4 +1,5 @@
-"""The Cost dashboard: GPU-hours, idle GPU-hours and energy per project, team and job."""
+"""The Cost dashboard: GPU-hours, idle GPU-hours and energy per project, team, job, namespace
+and pod, MIG instances counted as the API counts them (``tuneloop.cost``, migration 0011)."""
 
 from __future__ import annotations
 
@@ -25,18 +26,30 @@ def cost_by(column: str, heading: str) -> str:
     )
 
 
+# A value Grafana takes from the URL reaches the SQL as a quoted literal, never as a column.
+BY_VARIABLE = (
+    "CASE ${group_by:sqlstring} WHEN 'namespace' THEN namespace WHEN 'pod' THEN pod "
+    "WHEN 'team' THEN team ELSE job END"
+)
+
+
 def cost() -> Board:
     board = Board(
         "tuneloop-cost",
         "Cost",
         "GPU-hours, idle GPU-hours (average utilization below the threshold in a minute) and "
-        "energy from the DCGM energy counters, per team, job and project, over the period.",
+        "energy from the DCGM energy counters, per team, job, namespace, pod and project, over "
+        "the period; a MIG instance counts as a GPU, with an equal share of its GPU's energy.",
         variables=[
             PROJECT_VARIABLE,
             builders.CustomVariable("idle_below")
             .label("Idle below (%)")
             .values("1,5,10")
             .current(model.VariableOption(text="5", value="5")),
+            builders.CustomVariable("group_by")
+            .label("Group by")
+            .values("namespace,pod,team,job")
+            .current(model.VariableOption(text="namespace", value="namespace")),
         ],
         time_from="now-30d",
     )
@@ -67,6 +80,15 @@ def cost() -> Board:
         "Per job",
         "The same figures per job: the GPU series' job label.",
         cost_by("job", "job"),
+        unit="none",
+        fmt="table",
+    )
+    board.add(
+        "table",
+        "Per ${group_by}",
+        "The same figures per the chosen label: a Kubernetes namespace or pod "
+        "(dcgm-exporter's pod attribution), a team or a job.",
+        cost_by(BY_VARIABLE, "name"),
         unit="none",
         fmt="table",
     )

@@ -66,3 +66,17 @@ def test_check_and_load(cli: CliRunner, tmp_path: Path, database_file: str) -> N
     engine.dispose()
     assert {"Hot", "GpuXidError", "GpuNodeDown"} <= names and len(names) == 20
     assert inhibitions == ["pack:gpu-fleet"]
+
+
+def test_load_links_runbooks_at_the_configured_base(cli: CliRunner, database_file: str) -> None:
+    base = "https://git.example.com/ops/tuneloop/blob/main/docs/runbooks.md"
+    loaded = cli.invoke(
+        app, ["alerts", "load", "--pack"], env={"TUNELOOP_ALERTS_RUNBOOK_BASE_URL": base}
+    )
+    assert loaded.exit_code == 0, loaded.stderr
+    engine = make_engine(database_file)
+    with engine.connect() as connection:
+        rows = connection.execute(select(AlertRule.name, AlertRule.annotations)).all()
+    engine.dispose()
+    assert len(rows) == 19
+    assert all(annotations["runbook_url"] == f"{base}#{name.lower()}" for name, annotations in rows)

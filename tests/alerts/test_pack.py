@@ -14,7 +14,7 @@ import yaml
 
 from alerts import store
 from alerts.prometheus_export import export
-from alerts.rules import RuleFile, parse_rule_file
+from alerts.rules import RuleError, RuleFile, parse_rule_file
 from tests.alerts.conftest import Alerting
 from tests.helpers import promtool
 from tuneloop.storage import session_scope
@@ -42,7 +42,9 @@ COVERED = {
     "collector silent": "GpuNodeDown",
     "job silent": "JobSilent",
 }
-ANNOTATIONS = {"summary", "description", "runbook_url"}
+ANNOTATIONS = {"summary", "description"}
+"""The pack names no runbook address of its own: ``runbook_base_url`` adds ``runbook_url``."""
+PUBLISHED = "https://git.example.com/ops/tuneloop/blob/main/docs/runbooks.md"
 
 
 def pack() -> RuleFile:
@@ -58,9 +60,9 @@ def test_the_pack_covers_the_fleet_and_every_rule_is_annotated() -> None:
     rules = {rule.name: rule for rule in pack().rules}
     assert set(COVERED.values()) <= set(rules)
     anchors = set(re.findall(r"^## (\w+)$", RUNBOOKS.read_text(), re.MULTILINE))
+    assert pack().runbook_base_url == ""
     for rule in rules.values():
         assert set(rule.annotations) == ANNOTATIONS, rule.name
-        assert rule.annotations["runbook_url"].endswith(f"runbooks.md#{rule.name.lower()}")
         assert rule.name in anchors, f"docs/runbooks.md has no section for {rule.name}"
         # The host is named as the vocabulary spells it, never as `hostname`.
         assert "$labels.hostname" not in rule.annotations["summary"], rule.name
@@ -108,6 +110,62 @@ def test_the_runnable_export_writes_the_committed_file() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == (PROMETHEUS / "gpu-fleet.rules.yml").read_text()
+
+
+def test_runbook_links_come_from_the_base_url_given() -> None:
+    text = PACK.read_text()
+    linked = parse_rule_file(text, runbook_base_url=PUBLISHED)
+    assert linked.runbook_base_url == PUBLISHED
+    for rule in linked.rules:
+        assert rule.annotations["runbook_url"] == f"{PUBLISHED}#{rule.name.lower()}"
+    # The pack's own key, the one given overriding it; a rule's own link is kept.
+    own = text.replace('runbook_base_url: ""', f"runbook_base_url: {PUBLISHED}")
+    assert parse_rule_file(own).rules == linked.rules
+    other = parse_rule_file(own, runbook_base_url="https://wiki.example/gpu")
+    assert (
+        other.rules[0].annotations["runbook_url"] == "https://wiki.example/gpu#gpuidlewhilejobruns"
+    )
+    kept = parse_rule_file(
+        RULE_WITH_RUNBOOK.replace("BASE", PUBLISHED), runbook_base_url="https://wiki.example/x"
+    )
+    assert kept.rules[0].annotations["runbook_url"] == "https://runbooks.example/hot"
+    for bad in ("ftp://x.example/r.md", "runbooks.md", f"{PUBLISHED}#top"):
+        with pytest.raises(RuleError, match="runbook_base_url: expected an http"):
+            parse_rule_file(text, runbook_base_url=bad)
+
+
+RULE_WITH_RUNBOOK = """
+runbook_base_url: BASE
+rules:
+  - name: Hot
+    kind: threshold
+    query: {metric: DCGM_FI_DEV_GPU_TEMP}
+    op: ">"
+    threshold: 85
+    annotations: {runbook_url: "https://runbooks.example/hot"}
+"""
+
+
+def test_the_export_takes_a_runbook_base_url() -> None:
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "alerts.prometheus_export", "alerts/pack/gpu-fleet.yaml",
+            "--runbook-base-url", PUBLISHED,
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    groups = yaml.safe_load(result.stdout)["groups"]
+    links = {rule["alert"]: rule["annotations"]["runbook_url"] for rule in groups[0]["rules"]}
+    assert links == {name: f"{PUBLISHED}#{name.lower()}" for name in prometheus_rules()}
+    refused = subprocess.run(
+        [sys.executable, "-m", "alerts.prometheus_export", "alerts/pack/gpu-fleet.yaml",
+         "--runbook-base-url", "runbooks.md"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert refused.returncode == 2 and "runbook_base_url: expected an http" in refused.stderr
 
 
 @pytest.mark.parametrize(

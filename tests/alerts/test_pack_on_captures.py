@@ -9,34 +9,22 @@ the Kubernetes node stops answering after 20 minutes."""
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 from sqlalchemy import select
 
 from alerts import store
 from alerts.rules import parse_rule_file
-from collector.points import to_batches
 from collector.sources.dcgm_fields import DCGM_FP64_BLANK
-from collector.sources.scrape import ScrapeError, ScrapeSource
 from tests.alerts.conftest import Alerting, at
+from tests.captures import PAGES, scraping, serving_pages
 from tuneloop import cost
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import AlertInstance, Series, samples
-from tuneloop.storage.timeseries.writer import SampleWriter
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "tests/collector/fixtures"
-PAGES = {
-    "lke529760-766837-0a634ab30000": "dcgm-exporter-k8s-rtx4000ada.txt",
-    "msxf-hpc-64-35-ai": "dcgm-exporter-mig-a800.txt",
-    "gpu-node-17": "dcgm-exporter-metrics.txt",  # the newer exporters' `hostname`
-    "gpu-node-42": "dcgm-exporter-hostname-mig-xid.txt",
-}
 DOWN_HOST, DOWN_AFTER_S = "lke529760-766837-0a634ab30000", 1200
 END_S = 1560
 MIG_SLICES = {
@@ -47,35 +35,10 @@ MIG_SLICES = {
 }
 
 
-class _Pages(BaseHTTPRequestHandler):
-    down: ClassVar[set[str]] = set()
-
-    def do_GET(self) -> None:
-        host = self.path.strip("/")
-        if host not in PAGES or host in self.down:
-            self.send_error(503)
-            return
-        body = (FIXTURES / PAGES[host]).read_bytes()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def exporters() -> Iterator[tuple[str, set[str]]]:
-    down: ClassVar[set[str]] = set()
-    handler = type("Pages", (_Pages,), {"down": down})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", down
-    server.shutdown()
-    server.server_close()
+    with serving_pages() as served:
+        yield served
 
 
 def firing(alerting: Alerting) -> dict[tuple[tuple[str, str], ...], str]:
@@ -92,26 +55,15 @@ def test_the_pack_and_cost_on_scraped_dcgm_exporter_pages(
     pack = parse_rule_file((ROOT / "alerts/pack/gpu-fleet.yaml").read_text())
     with session_scope(alerting.sessions) as session:
         store.load_rule_file(session, alerting.project(session), pack, source="pack")
-    sources = {host: ScrapeSource(f"{base}/{host}", timeout_s=5) for host in PAGES}
-    writer = SampleWriter(alerting.engine)
     seen: dict[tuple[tuple[str, str], ...], str] = {}
-    try:
+    with scraping(alerting.engine, alerting.project_id, base) as scraper:
         for t in range(0, END_S + 1, 30):
             if t >= DOWN_AFTER_S:
                 down.add(DOWN_HOST)
-            for source in sources.values():
-                try:
-                    points = source.collect(at(t))
-                except ScrapeError:
-                    continue
-                result = writer.write(alerting.project_id, to_batches(points))
-                assert not result.rejected, result.rejected
+            scraper.scrape(at(t))
             if t and t % 60 == 0:
                 alerting.evaluate(t)
                 seen.update(firing(alerting))
-    finally:
-        for source in sources.values():
-            source.shutdown()
 
     # Every alert names its host, in its labels and in its text.
     fired = {dict(labels)["alertname"]: dict(labels) for labels in seen}

@@ -81,8 +81,17 @@ PATH_SLOTS: Final[dict[str, str]] = {
 """Every path parameter the matrix can fill, and the object of beta's that fills it."""
 
 
+NO_OBJECT_SLOTS: Final[dict[str, str]] = {
+    "label/{name}": "a label name (Prometheus' label values): the route reads the token's project",
+}
+"""Path parameters that name no stored object: their routes are unscoped."""
+
+
 def has_path_parameters(path: str) -> bool:
-    return "{" in path
+    """Whether the path names an object (of some project) by a parameter."""
+    return any(slot not in NO_OBJECT_SLOTS for slot in slots(path)) or (
+        "{" in path and not slots(path)
+    )
 
 
 # --------------------------------------------------------------------------- role table

@@ -3,10 +3,14 @@ stays inside its project."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from api.main import create_app
 from tests.api.conftest import Minter, bearer
 from tuneloop.runtime import Runtime
 from tuneloop.storage import session_scope
@@ -238,3 +242,26 @@ def test_an_admin_adds_an_alertmanager_receiver_its_secrets_read_back_hidden(
     refused = client.post(f"{BASE}/receivers", json=credentials_in_url, headers=admin)
     assert refused.status_code == 422
     assert "username and password" in refused.json()["detail"]
+
+
+def test_loaded_rules_link_runbooks_at_the_configured_base(runtime: Runtime) -> None:
+    base = "https://git.example.com/ops/tuneloop/blob/main/docs/runbooks.md"
+    linked = dataclasses.replace(
+        runtime,
+        settings=runtime.settings.model_copy(update={"alerts_runbook_base_url": base}),
+    )
+    mint = Minter(linked)
+    mint.project("alpha")
+    member = bearer(mint.token("alpha", "member", "alice"))
+    pack = (Path(__file__).resolve().parents[2] / "alerts/pack/gpu-fleet.yaml").read_text()
+    with TestClient(create_app(linked)) as client:
+        loaded = client.post(
+            f"{BASE}/rules:load", json={"text": pack, "source": "pack"}, headers=member
+        )
+        assert loaded.status_code == 200, loaded.text
+        rules = client.get(f"{BASE}/rules", headers=member).json()
+    items = [item["rule"] for item in rules["items"]]
+    assert len(items) == 19
+    assert all(
+        rule["annotations"]["runbook_url"] == f"{base}#{rule['name'].lower()}" for rule in items
+    )

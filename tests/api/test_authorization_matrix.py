@@ -49,6 +49,18 @@ UNSCOPED: dict[Operation, str] = {
     ("POST", "/v1/metrics"): "writes to the token's project, named by no parameter",
     ("POST", "/v1/traces"): "writes to the token's project, named by no parameter",
     ("POST", "/api/v1/write"): "writes to the token's project, named by no parameter",
+    **{
+        (method, f"/api/v1/{path}"): "Prometheus' API: reads the token's project, named by no "
+        "parameter (tests/promql/test_api.py)"
+        for method in ("GET", "POST")
+        for path in ("query", "query_range", "series", "labels")
+    },
+    ("GET", "/api/v1/label/{name}/values"): "Prometheus' API: reads the token's project",
+    ("GET", "/api/v1/metadata"): "Prometheus' API: reads the token's project",
+    ("GET", "/api/v1/status/buildinfo"): "the version, nothing of any project",
+    ("GET", "/api/v1/query_exemplars"): "always empty: nothing of any project",
+    ("POST", "/api/v1/query_exemplars"): "always empty: nothing of any project",
+    ("GET", "/api/v1/rules"): "always empty: nothing of any project",
 }
 """Operations whose path names no object, and why they cannot reach another project."""
 

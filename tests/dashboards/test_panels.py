@@ -34,6 +34,7 @@ VARIABLES = {
     "gpu": Variable(["0", "1"], multi=True, include_all=True),
     "job": Variable("llama"),
     "idle_below": Variable("5"),
+    "group_by": Variable("job"),
 }
 Row = tuple[Any, ...]
 

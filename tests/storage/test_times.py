@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tuneloop.storage.timeseries.times import parse_duration, parse_time
+from tuneloop.storage.timeseries.times import parse_duration, parse_duration_ms, parse_time
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -68,3 +68,20 @@ def test_parse_duration(text: str, seconds: int | None) -> None:
 def test_parse_duration_rejects(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "millis"),
+    [("15", 15_000), ("0.5", 500), ("250ms", 250), ("1m30s", 90_000), ("1s500ms", 1_500)],
+)
+def test_parse_duration_ms(text: str, millis: int) -> None:
+    assert parse_duration_ms(text) == millis
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("0.0005", "whole number of milliseconds"), ("0", "more than 0"), ("-1", "expected")],
+)
+def test_parse_duration_ms_rejects(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_duration_ms(text)

@@ -80,7 +80,9 @@ def load(
     try:
         for source, text in sources:
             try:
-                parsed = parse_rule_file(text, source=source)
+                parsed = parse_rule_file(
+                    text, source=source, runbook_base_url=settings.alerts_runbook_base_url
+                )
                 with session_scope(runtime.sessions) as session:
                     found = accounts.get_project_by_name(session, name)
                     if found is None:

@@ -64,6 +64,22 @@ def _time(text: str) -> datetime | None:
 def parse_duration(text: str) -> int:
     """A positive whole number of seconds, from seconds (``30``) or a Prometheus duration
     (``30s``, ``5m``, ``1h30m``, ``1d``, ``1500ms`` is not whole, ``2000ms`` is)."""
+    seconds = _duration_seconds(text)
+    if seconds != seconds.to_integral_value():
+        raise ValueError(f"{text!r} is not a whole number of seconds")
+    return int(seconds)
+
+
+def parse_duration_ms(text: str) -> int:
+    """A positive whole number of milliseconds, from seconds (``15``, ``0.5``) or a Prometheus
+    duration (``15s``, ``1m30s``, ``250ms``), as Prometheus' ``step`` and ``timeout`` take."""
+    millis = _duration_seconds(text) * 1000
+    if millis != millis.to_integral_value():
+        raise ValueError(f"{text!r} is not a whole number of milliseconds")
+    return int(millis)
+
+
+def _duration_seconds(text: str) -> Decimal:
     if len(text) > 64:
         raise ValueError("a duration may be at most 64 characters long")
     if _UNIX_RE.fullmatch(text) and not text.startswith("-"):
@@ -76,8 +92,6 @@ def parse_duration(text: str) -> int:
             )
         millis = sum(int(g) * unit for g, unit in zip(found.groups(), _UNIT_MS, strict=True) if g)
         seconds = Decimal(millis) / 1000
-    if seconds != seconds.to_integral_value():
-        raise ValueError(f"{text!r} is not a whole number of seconds")
     if not 0 < seconds <= MAX_DURATION_S:
         raise ValueError(f"{text!r} must be more than 0 and at most 365d")
-    return int(seconds)
+    return seconds
