@@ -285,3 +285,9 @@ def test_retention_task_creates_the_next_partition_ahead(postgres_server_url: st
     assert today in lowers
     assert today + timedelta(days=1) in lowers
     engine.dispose()
+
+
+def test_no_store_maintenance_when_series_live_in_a_tsdb() -> None:
+    names = {task.name for task in periodic_tasks(load_settings(tsdb_url="http://vm:8428"))}
+    assert "tuneloop.tuner.dispatch" in names
+    assert not {n for n in names if n.startswith("tuneloop.maintenance.")}

@@ -105,9 +105,18 @@ TUNER_FAN_OUT = FanOut(TUNER_STEP, _running_studies, _step_study)
 
 def periodic_tasks(settings: Settings) -> tuple[PeriodicTask, ...]:
     every = settings.maintenance_interval_s
+    # With series in a TSDB the store holds no samples: the TSDB keeps its own retention and
+    # aggregates, so the store's rollups and retention have nothing to do.
+    store_maintenance = (
+        ()
+        if settings.tsdb_url
+        else (
+            PeriodicTask("tuneloop.maintenance.rollups", maintenance.run_rollups, every),
+            PeriodicTask("tuneloop.maintenance.retention", maintenance.run_retention, every),
+        )
+    )
     return (
-        PeriodicTask("tuneloop.maintenance.rollups", maintenance.run_rollups, every),
-        PeriodicTask("tuneloop.maintenance.retention", maintenance.run_retention, every),
+        *store_maintenance,
         PeriodicTask.fanning_out(TUNER_DISPATCH, TUNER_FAN_OUT, settings.tuner_interval_s),
         PeriodicTask("tuneloop.alerts.evaluate", _evaluate_alerts, settings.alerts_eval_interval_s),
         PeriodicTask(
