@@ -12,13 +12,14 @@ from sqlalchemy import Engine, select
 from tests.tuner import jobsim
 from tests.tuner.stepspans import write_gauge, write_steps
 from tuneloop.job_agents import RankGpus, register_agent
-from tuneloop.step_timing import PHASE_DURATION
+from tuneloop.step_timing import PHASE_DURATION, PHASE_SHARE, STRAGGLER_RATIO, VERDICT
 from tuneloop.storage import session_factory, session_scope
 from tuneloop.storage.models import Job
 from tuneloop.storage.timeseries.store_backend import StoreBackend
 from tuneloop.storage.types import utcnow
 from tuner.diagnosis import Diagnosis, Verdict
 from tuner.diagnosis_reading import job_diagnosis
+from tuner.diagnosis_series import diagnose_job, run_diagnosis, running_jobs
 
 WINDOW = timedelta(seconds=120)
 INPUT = {
@@ -202,3 +203,44 @@ def test_negative_times_exclude_the_rank(engine: Engine) -> None:
     found = diagnosis(engine, end)
     assert found.verdict is Verdict.NO_DATA and len(found.excluded) == 2
     assert "excluded" in found.summary
+
+
+def test_the_periodic_pass_writes_verdict_shares_and_stragglers(engine: Engine) -> None:
+    with session_scope(session_factory(engine)) as session:
+        job = jobsim.make_job(session)
+        project_id = job.project_id
+        register_agent(
+            session, job, host="node-9", world_size=3, ranks=[RankGpus(1, ["GPU-node-9-1"])]
+        )
+        jobsim.make_job(session, name="waiting", config=None).status = "pending"
+    now = utcnow().replace(microsecond=0)
+    write_steps(engine, project_id, "train", INPUT, end=now, ranks=3, slow={1: 1.5})
+    write_gauge(engine, project_id, "DCGM_FI_DEV_GPU_UTIL", dcgm(1, "node-9"), 90.0, end=now)
+    sessions = session_factory(engine)
+    assert running_jobs(sessions) == [1]
+    run_diagnosis(sessions)
+    backend = StoreBackend(engine)
+    latest = {
+        (s.series.metric, tuple(sorted(s.series.labels.items()))): s.value
+        for metric in (PHASE_SHARE, STRAGGLER_RATIO, VERDICT)
+        for s in backend.latest(project_id, metric)
+    }
+    assert latest[(VERDICT, (("job", "train"), ("verdict", "input_bound")))] == 1.0
+    data = latest[(PHASE_SHARE, (("job", "train"), ("phase", "data_loading")))]
+    assert 0.3 < data < 0.45
+    [(key, ratio)] = [(k, v) for k, v in latest.items() if k[0] == STRAGGLER_RATIO]
+    assert dict(key[1]) == {
+        "job": "train",
+        "rank": "1",
+        "in": "backward",
+        "Hostname": "node-9",
+        "gpu": "1",
+    }
+    assert ratio == pytest.approx(0.5, rel=0.1)  # backward 1.5 times the others'
+    # A job gone quiet: only its verdict, no_data.
+    later = now + timedelta(minutes=20)
+    assert diagnose_job(sessions, 1, now=later) is not None
+    verdicts = backend.latest(project_id, VERDICT, since=later)
+    assert [s.series.labels["verdict"] for s in verdicts] == ["no_data"]
+    assert backend.latest(project_id, PHASE_SHARE, since=later) == []
+    assert diagnose_job(sessions, 99) is None
