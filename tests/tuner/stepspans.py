@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from sqlalchemy import Engine
@@ -24,8 +25,14 @@ NS = 1_000_000_000
 
 
 def write_steps(
-    engine: Engine,
-    project_id: int,
+    engine: Engine, project_id: int, job: str, phases: Mapping[str, float], **how: Any
+) -> None:
+    """:func:`step_batches` (``how`` its options) stored in the store."""
+    result = SampleWriter(engine).write(project_id, step_batches(job, phases, **how))
+    assert not result.rejected, result.rejected
+
+
+def step_batches(
     job: str,
     phases: Mapping[str, float],
     *,
@@ -38,7 +45,7 @@ def write_steps(
     step_over: float = 0.0,
     first_rank: int = 0,
     seed: int = 7,
-) -> None:
+) -> list[SeriesBatch]:
     """Steps of every rank in ``[end - seconds, end)``, one every ``every_s``: phase seconds
     from ``phases`` (``grad_sync`` the wait after the slowest rank's compute plus its own
     figure), forward and backward scaled by ``slow[rank]``, each phase times a uniform factor
@@ -63,9 +70,11 @@ def write_steps(
             if "grad_sync" in phases:
                 own["grad_sync"] = slowest - sum(busy[rank].values()) + phases["grad_sync"]
             per_rank[rank] += _step_spans(i, rank, t0, own, step_over)
+    batches: list[SeriesBatch] = []
     for rank, spans in per_rank.items():
         identity = {"tuneloop.job": job, "tuneloop.rank": first_rank + rank}
-        write_spans(engine, project_id, spans, identity)
+        batches += mapped_spans(spans, identity)
+    return batches
 
 
 def _step_spans(
@@ -100,13 +109,11 @@ def _step_spans(
     return [step, *spans]
 
 
-def write_spans(
-    engine: Engine, project_id: int, spans: list[Span], resource: Mapping[str, str | int]
-) -> None:
+def mapped_spans(spans: list[Span], resource: Mapping[str, str | int]) -> list[SeriesBatch]:
+    """The series the OTLP receiver makes of one export request of ``spans``."""
     mapped = map_spans(traces_request(spans, resource), now=utcnow(), max_series=10_000)
     assert not mapped.rejections.total, mapped.rejections
-    result = SampleWriter(engine).write(project_id, mapped.batches)
-    assert not result.rejected, result.rejected
+    return mapped.batches
 
 
 def write_gauge(
