@@ -27,7 +27,7 @@ PHASE_SHARE: Final = "tuneloop_job_phase_share"
 """Share (0-1) of a job's step spent in one phase over the diagnosis window: ``job``, ``phase``."""
 STRAGGLER_RATIO: Final = "tuneloop_job_straggler_ratio"
 """How far (0.4: 40 %) a lagging rank sits above the median of the others, written only while it
-lags: ``job``, ``rank``, ``in`` (``step`` or a phase), ``Hostname``, ``gpu``."""
+lags: ``job``, ``rank``, ``lags_in`` (``step`` or a phase), ``Hostname``, ``gpu``."""
 VERDICT: Final = "tuneloop_job_diagnosis"
 """1 for a job's current verdict: ``job``, ``verdict``."""
 

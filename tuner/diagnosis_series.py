@@ -39,7 +39,7 @@ def diagnosis_batches(job: str, found: Diagnosis, at: datetime) -> list[SeriesBa
         labels = {"job": job, "phase": share.phase}
         batches.append(SeriesBatch(PHASE_SHARE, labels, [at], [share.share]))
     for lag in found.stragglers:
-        labels = {"job": job, "rank": lag.rank, "in": lag.metric}
+        labels = {"job": job, "rank": lag.rank, "lags_in": lag.metric}
         if lag.host is not None:
             labels["Hostname"] = lag.host
         if lag.gpus:

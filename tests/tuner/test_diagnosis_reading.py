@@ -232,7 +232,7 @@ def test_the_periodic_pass_writes_verdict_shares_and_stragglers(engine: Engine) 
     assert dict(key[1]) == {
         "job": "train",
         "rank": "1",
-        "in": "backward",
+        "lags_in": "backward",
         "Hostname": "node-9",
         "gpu": "1",
     }
