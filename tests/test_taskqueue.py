@@ -111,6 +111,7 @@ def test_runner_uses_the_one_registry() -> None:
         "tuneloop.maintenance.rollups": 7,
         "tuneloop.maintenance.retention": 7,
         "tuneloop.tuner.dispatch": 3,
+        "tuneloop.tuner.diagnose": 3,
         "tuneloop.alerts.evaluate": 5,
         "tuneloop.alerts.notify": 2,
         "tuneloop.actuators.reconcile": 4,

@@ -4,7 +4,8 @@ tests/promql/data.py, in the series the real emitters write: dcgm-exporter's fam
 tests/collector/fixtures/dcgm-exporter-hostname-mig-xid.txt is, with the scrape's ``job`` and
 ``instance``), tuneloop's step-timing series (tuneloop/step_timing.py, the phases the agent
 times) and an OpenTelemetry-instrumented inference server's ``http.server.request.duration``
-histogram as tuneloop's OTLP receiver stores it. Point ``i`` is minute ``i / 4``.
+histogram as tuneloop's OTLP receiver stores it, and the gauges the job diagnosis writes
+(docs/diagnosis.md). Point ``i`` is minute ``i / 4``.
 
 * gpu-node-21, 4 x H100 running llm-pretrain-b on GPUs 0-2, GPU 3 in MIG mode:
   GPU 0 runs at its power cap (power violation) over a flaky NVLink (CRC errors, one link
@@ -12,9 +13,11 @@ histogram as tuneloop's OTLP receiver stores it. Point ``i`` is minute ``i / 4``
   warns) and at 25 min returns an uncorrectable ECC error: XID 48 (the last-value gauge and the
   counted family), the memory watch fails, a row is remapped; GPU 2 is a hung rank, its pod
   holding the framebuffer without doing any work; GPU 3's 3g.40gb instance is held by an idle
-  pod, its 1g.10gb instance is free.
+  pod, its 1g.10gb instance is free. llm-pretrain-b's rank 1, on the hot GPU 1, lags from 10
+  min (its diagnosis names it).
 * gpu-node-22, 2 x H100 running llm-sft: its data loader stalls from 27.5 min (the steps slow
-  down), and at 40 min the node stops reporting and the job falls silent.
+  down, its diagnosis finds it input-bound), and at 40 min the node stops reporting and the
+  job falls silent.
 * inference/vllm (two replicas) answers slowly from 30 to 42.5 min, past its 500 ms P99;
   inference/embedder stays fast.
 
@@ -30,9 +33,11 @@ from dataclasses import dataclass
 from tests.promql.data import POINTS, GenSeries, sample_times
 from tuneloop.step_timing import (
     PHASE_DURATION,
+    PHASE_SHARE,
     SAMPLES_PER_SECOND,
     STEP_DURATION,
     STEP_NUMBER,
+    STRAGGLER_RATIO,
     TOKENS_PER_SECOND,
 )
 
@@ -136,7 +141,7 @@ def _devices() -> list[_Device]:
 
 def generate() -> list[GenSeries]:
     rng = random.Random(20261125)
-    return [*_dcgm(rng), *_llm_sft(rng), *_http(rng)]
+    return [*_dcgm(rng), *_llm_sft(rng), *_http(rng), _straggler()]
 
 
 def _noisy(rng: random.Random, values: list[float], spread: float) -> list[float]:
@@ -262,6 +267,7 @@ def _llm_sft(rng: random.Random) -> list[GenSeries]:
     """The step-timing series of llm-sft's two ranks: its data loader stalls, then it stops."""
     out: list[GenSeries] = []
     times = sample_times(0, DOWN_AT)
+    shares: dict[str, list[list[float]]] = {}
     for rank in ("0", "1"):
         labels = {"job": "llm-sft", "rank": rank}
         phases: dict[str, list[float]] = {
@@ -275,6 +281,8 @@ def _llm_sft(rng: random.Random) -> list[GenSeries]:
             "optimizer": [0.02 + 0.005 * rng.random() for _ in range(DOWN_AT)],
         }
         step = [round(sum(parts), 6) for parts in zip(*phases.values(), strict=True)]
+        for phase, values in phases.items():
+            shares.setdefault(phase, []).append([v / s for v, s in zip(values, step, strict=True)])
         out.append(GenSeries(STEP_DURATION, labels, False, times, step))
         for phase, values in phases.items():
             rounded = [round(v, 6) for v in values]
@@ -285,7 +293,26 @@ def _llm_sft(rng: random.Random) -> list[GenSeries]:
         out.append(GenSeries(TOKENS_PER_SECOND, labels, False, times, tokens))
         numbers = _cumulative([float(math.floor(15 / s)) for s in step])
         out.append(GenSeries(STEP_NUMBER, labels, True, times, numbers))
+    # The job's diagnosis (tuner/diagnosis_series.py): each phase's share, mean over the ranks.
+    for phase, per_rank in shares.items():
+        mean = [round(sum(v) / len(v), 6) for v in zip(*per_rank, strict=True)]
+        labels = {"job": "llm-sft", "phase": phase}
+        out.append(GenSeries(PHASE_SHARE, labels, False, times, mean))
     return out
+
+
+def _straggler() -> GenSeries:
+    """llm-pretrain-b's rank 1 runs on gpu-node-21's hot GPU 1: from 10 min its diagnosis names
+    it as lagging in backward, by a throttled GPU's 20-30 %."""
+    labels = {
+        "job": "llm-pretrain-b",
+        "rank": "1",
+        "lags_in": "backward",
+        "Hostname": "gpu-node-21",
+        "gpu": "1",
+    }
+    values = [round(0.25 + 0.05 * math.sin(i), 4) for i in range(HOT_FROM, POINTS)]
+    return GenSeries(STRAGGLER_RATIO, labels, False, sample_times(HOT_FROM, POINTS), values)
 
 
 def _http(rng: random.Random) -> list[GenSeries]:

@@ -95,6 +95,8 @@ INCIDENTS = {
     "StepTimeRegression": {"job": "llm-sft"},
     "InferenceP99SloBreach": {"job": "inference/vllm"},
     "DataLoaderStall": {"job": "llm-sft"},
+    "JobInputBound": {"job": "llm-sft"},
+    "JobStraggler": {"job": "llm-pretrain-b", "rank": "1", "gpu": "1"},
     "GpuNodeDown": {"Hostname": "gpu-node-22"},
     "JobSilent": {"job": "llm-sft"},
 }

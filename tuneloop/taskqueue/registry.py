@@ -77,6 +77,13 @@ def _step_study(study_id: int) -> None:
     step_study(runtime.sessions, study_id, runtime.remote_series)
 
 
+def _diagnose_jobs() -> None:
+    from tuner.diagnosis_series import run_diagnosis
+
+    runtime = task_runtime()
+    run_diagnosis(runtime.sessions, runtime.remote_series)
+
+
 def _reconcile_jobs() -> None:
     from actuators.tasks import run_reconcile
 
@@ -118,6 +125,7 @@ def periodic_tasks(settings: Settings) -> tuple[PeriodicTask, ...]:
     return (
         *store_maintenance,
         PeriodicTask.fanning_out(TUNER_DISPATCH, TUNER_FAN_OUT, settings.tuner_interval_s),
+        PeriodicTask("tuneloop.tuner.diagnose", _diagnose_jobs, settings.tuner_interval_s),
         PeriodicTask("tuneloop.alerts.evaluate", _evaluate_alerts, settings.alerts_eval_interval_s),
         PeriodicTask(
             "tuneloop.alerts.notify", _send_notifications, settings.alerts_notify_interval_s
