@@ -3,11 +3,12 @@
     curl -G -H "Authorization: Bearer $TOKEN" localhost:8000/api/v1/projects/vision/cost \\
         --data-urlencode start=2026-11-01T00:00:00Z --data-urlencode end=2026-12-01T00:00:00Z \\
         --data-urlencode by=team
-    {"by": "team", "groups": [{"key": "nlp", "gpus": 16, "gpu_hours": 11520.0,
-     "idle_gpu_hours": 310.5, "energy_kwh": 5210.3}, ...], "total": {...}, ...}
+    {"by": "team", "currency": "USD", "groups": [{"key": "nlp", "gpus": 16,
+     "gpu_hours": 11520.0, "idle_gpu_hours": 310.5, "energy_kwh": 5210.3, "cost": 28224.0,
+     "idle_cost": 760.725, "unpriced_gpus": 0}, ...], "total": {...}, "unpriced": [], ...}
 
-GPU time, idle time and energy are defined in :mod:`tuneloop.cost`. Every role of the project
-may read.
+GPU time, idle time and energy are defined in :mod:`tuneloop.cost`, money in
+:mod:`tuneloop.priced_cost`. Every role of the project may read.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from api.deps import API_PREFIX, AUTH_ERRORS, ProjectDep, SessionDep
 from api.query_params import time_param
 from api.routes.series import TIME_DOC
 from api.schemas.common import ErrorOut
-from api.schemas.cost import CostFiguresOut, CostReportOut
-from tuneloop import cost
+from api.schemas.cost import CostFiguresOut, CostReportOut, UnpricedGpuOut
+from tuneloop import cost, priced_cost
 from tuneloop.errors import InvalidInput
 
 router = APIRouter(
@@ -35,7 +36,7 @@ MAX_PERIOD = timedelta(days=400)
 """The longest period the 1-minute rollups are kept by default."""
 
 
-@router.get("/cost", summary="GPU-hours, idle GPU-hours and energy over a period")
+@router.get("/cost", summary="GPU-hours, idle GPU-hours, energy and their cost over a period")
 def project_cost(
     project: ProjectDep,
     session: SessionDep,
@@ -51,12 +52,18 @@ def project_cost(
         raise InvalidInput("end must be after start")
     if finish - begin > MAX_PERIOD:
         raise InvalidInput(f"the period may span at most {MAX_PERIOD.days} days")
-    usages = cost.gpu_usage(session.connection(), project.id, begin, finish, idle_below=idle_below)
+    report = priced_cost.priced_usage(
+        session.connection(), project.id, begin, finish, idle_below=idle_below
+    )
+    usages = list(priced_cost.usages_of(report))
+    money = report.money(by)
     return CostReportOut(
         start=begin,
         end=finish,
         by=by,
         idle_below_percent=idle_below,
-        groups=[CostFiguresOut.of(group) for group in cost.summarize(usages, by)],
-        total=CostFiguresOut.of(cost.total(usages)),
+        currency=report.currency,
+        groups=[CostFiguresOut.of(group, money[group.key]) for group in cost.summarize(usages, by)],
+        total=CostFiguresOut.of(cost.total(usages), report.total()),
+        unpriced=[UnpricedGpuOut.of(usage) for usage in report.unpriced],
     )
