@@ -1,5 +1,5 @@
-"""Bodies of ``/api/v1/prices`` and ``/api/v1/projects/{project}/prices`` (and of the price
-file ``tuneloop prices load`` reads: a list of :class:`PriceIn`)."""
+"""Bodies of ``/api/v1/prices`` and ``/api/v1/projects/{project}/prices`` (and the rows of
+the price file ``tuneloop prices load`` reads, :class:`PriceFileRow`)."""
 
 from __future__ import annotations
 
@@ -56,13 +56,10 @@ class PriceIn(BaseModel):
         )
 
 
-class PriceFileIn(BaseModel):
-    """A price file: server-wide rows, and each project's own."""
+class PriceFileRow(PriceIn):
+    """A row of a price file (``tuneloop prices load``): server-wide, or a project's."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    prices: list[PriceIn] = Field(default_factory=list)
-    projects: dict[str, list[PriceIn]] = Field(default_factory=dict)
+    project: str | None = Field(default=None, description="absent: server-wide")
 
 
 class PriceOut(BaseModel):
