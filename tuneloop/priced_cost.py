@@ -2,10 +2,13 @@
 
 A GPU's cost is its GPU-hours times the price of a GPU-hour of its model and capacity type; its
 idle cost, its idle GPU-hours times that price. A MIG instance is priced as its share of the
-GPU, by the rule that shares the GPU's energy: an equal share among the instances of the same
-``Hostname`` and ``UUID`` seen in the period. When a price comes into force inside the period,
-the minutes before and after it are priced apart. A GPU that no row prices is **unpriced**: its
-cost is unknown (``None``), never 0, and so is the cost of every group that holds it.
+GPU, as the GPU's energy is shared: an equal share among the instances of the same
+``Hostname`` and ``UUID`` (distinct ``GPU_I_ID``) that were in use in the period. When a price
+comes into force inside the period, the minutes before and after it are priced apart. A GPU
+that was in use for minutes no row prices is **unpriced**: its cost is unknown (``None``),
+never 0, and so is the cost of every group that holds it (a GPU that only used energy had no
+GPU time to price: it costs 0). The Cost dashboard's ``tuneloop_gpu_cost`` (migration 0012)
+computes the same figures on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -85,14 +88,18 @@ def priced_usage(
             (since, cost.gpu_usage(connection, project_id, since, until, idle_below=idle_below))
             for since, until in pairwise(bounds)
         ]
-    shares = cost.mig_shares(usage.labels for _, usages in segments for usage in usages)
+    shares = cost.mig_shares(
+        usage.labels for _, usages in segments for usage in usages if usage.gpu_seconds
+    )
     merged: dict[tuple[tuple[str, str], ...], PricedUsage] = {}
     currencies: set[str] = set()
     for since, usages in segments:
         for usage in usages:
             price = book.price_for(usage.labels, since)
-            money: tuple[Decimal, Decimal] | None = None
-            if price is not None:
+            money: tuple[Decimal, Decimal] | None = (Decimal(0), Decimal(0))
+            if price is None and usage.gpu_seconds:
+                money = None
+            elif price is not None and usage.gpu_seconds:
                 currencies.add(price.currency)
                 rate = price.price_per_gpu_hour * _share(usage.labels, shares) / SECONDS_PER_HOUR
                 money = (rate * Decimal(usage.gpu_seconds), rate * Decimal(usage.idle_gpu_seconds))
