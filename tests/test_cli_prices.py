@@ -9,10 +9,12 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+import yaml
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 from typer.testing import CliRunner, Result
 
+from tests.api import price_fleet as fleet
 from tests.helpers import cli_runner
 from tuneloop import accounts, prices
 from tuneloop.cli import app
@@ -109,3 +111,33 @@ def test_a_bad_file_changes_nothing_and_says_where(
     assert said in result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
     assert table(engine) == EXPECTED
+
+
+def test_the_documented_example_loads(cli: CliRunner) -> None:
+    result = cli.invoke(app, ["prices", "load", "docs/examples/prices.yml"])
+    assert result.exit_code == 0, result.output
+    assert "7 prices (server-wide, vision)" in result.output
+
+
+def test_cost_shows_money_next_to_gpu_hours(cli: CliRunner, engine: Engine, tmp_path: Path) -> None:
+    with Session(engine) as session:
+        vision = accounts.get_project_by_name(session, "vision")
+        assert vision is not None
+        fleet.fill(engine, vision.id)
+    assert load(cli, tmp_path, yaml.safe_dump(fleet.GLOBAL_PRICES)).exit_code == 0
+    args = ["cost", "vision", "--start", "2026-11-25T09:00:00Z", "--end", "2026-11-25T10:00:00Z"]
+
+    result = cli.invoke(app, args)
+
+    assert result.exit_code == 0, result.output
+    lines = [line.split() for line in result.stdout.splitlines()]
+    assert lines == [
+        ["team", "gpus", "gpu_hours", "idle_gpu_hours", "energy_kwh", "cost_USD", "idle_cost_USD"],
+        ["nlp", "3", "3.000", "1.000", "0.000", "7.00", "1.50"],
+        ["infer", "1", "1.000", "0.000", "0.000", "?", "?"],
+        ["vision", "1", "1.000", "1.000", "0.000", "1.50", "1.50"],
+        ["(total)", "5", "5.000", "2.000", "0.000", "?", "?"],
+    ]
+    assert "no price: node-1/2/GPU-l4 (NVIDIA L4, on_demand)" in result.stderr
+    bad = cli.invoke(app, [*args[:3], "yesterday"])
+    assert bad.exit_code == 2 and "--start" in bad.output
