@@ -71,7 +71,7 @@ EXPECTED = [
 def test_load_replaces_the_scopes_it_names(cli: CliRunner, engine: Engine, tmp_path: Path) -> None:
     result = load(cli, tmp_path, FILE)
     assert result.exit_code == 0, result.output
-    assert "3 prices (server-wide, vision)" in result.output
+    assert "3 prices, 0 host capacity types (server-wide, vision)" in result.output
     assert table(engine) == EXPECTED
     assert load(cli, tmp_path, FILE).exit_code == 0
     assert table(engine) == EXPECTED, "loading again changes nothing"
@@ -98,6 +98,8 @@ def test_load_replaces_the_scopes_it_names(cli: CliRunner, engine: Engine, tmp_p
         ("{model: x, price_per_gpu_hour: 1}", "row 2: currency: Field required"),
         ("{model: x, price_per_gpu_hour: 1, currency: USD, gpu: 0}", "row 2: gpu:"),
         ("{model: x, price_per_gpu_hour: 1, currency: USD, project: nope}", "'nope' does not"),
+        ("{host: node-1, capacity_type: cheap}", "row 2: capacity_type: Input should be"),
+        ("{host: '', capacity_type: spot}", "row 2: host: host must be 1 to 253"),
         ("[unclosed", "prices.yaml:"),
     ],
 )
@@ -116,7 +118,7 @@ def test_a_bad_file_changes_nothing_and_says_where(
 def test_the_documented_example_loads(cli: CliRunner) -> None:
     result = cli.invoke(app, ["prices", "load", "docs/examples/prices.yml"])
     assert result.exit_code == 0, result.output
-    assert "7 prices (server-wide, vision)" in result.output
+    assert "7 prices, 1 host capacity types (server-wide, vision)" in result.output
 
 
 def test_cost_shows_money_next_to_gpu_hours(cli: CliRunner, engine: Engine, tmp_path: Path) -> None:
@@ -124,7 +126,9 @@ def test_cost_shows_money_next_to_gpu_hours(cli: CliRunner, engine: Engine, tmp_
         vision = accounts.get_project_by_name(session, "vision")
         assert vision is not None
         fleet.fill(engine, vision.id)
-    assert load(cli, tmp_path, yaml.safe_dump(fleet.GLOBAL_PRICES)).exit_code == 0
+    # node-1's GPUs without a capacity_type label are spot: the L4 has no spot price.
+    rows = [*fleet.GLOBAL_PRICES, {"host": "node-1", "capacity_type": "spot"}]
+    assert load(cli, tmp_path, yaml.safe_dump(rows)).exit_code == 0
     args = ["cost", "vision", "--start", "2026-11-25T09:00:00Z", "--end", "2026-11-25T10:00:00Z"]
 
     result = cli.invoke(app, args)
@@ -133,11 +137,11 @@ def test_cost_shows_money_next_to_gpu_hours(cli: CliRunner, engine: Engine, tmp_
     lines = [line.split() for line in result.stdout.splitlines()]
     assert lines == [
         ["team", "gpus", "gpu_hours", "idle_gpu_hours", "energy_kwh", "cost_USD", "idle_cost_USD"],
-        ["nlp", "3", "3.000", "1.000", "0.000", "7.00", "1.50"],
+        ["nlp", "3", "3.000", "1.000", "0.000", "4.50", "1.50"],  # the H100 at 1.50 spot
         ["infer", "1", "1.000", "0.000", "0.000", "?", "?"],
         ["vision", "1", "1.000", "1.000", "0.000", "1.50", "1.50"],
         ["(total)", "5", "5.000", "2.000", "0.000", "?", "?"],
     ]
-    assert "no price: node-1/2/GPU-l4 (NVIDIA L4, on_demand)" in result.stderr
+    assert "no price: node-1/2/GPU-l4 (NVIDIA L4, spot)" in result.stderr
     bad = cli.invoke(app, [*args[:3], "yesterday"])
     assert bad.exit_code == 2 and "--start" in bad.output

@@ -21,6 +21,7 @@ from tests.dashboards.test_panels import panel, run
 from tests.storage.test_writer import make_project
 from tuneloop import cost, priced_cost, prices
 from tuneloop.storage import make_engine, migrate
+from tuneloop.storage.models import HostCapacity
 
 BOTH = [
     pytest.param("sqlite", id="sqlite"),
@@ -136,6 +137,17 @@ def test_upgrade_prices_the_board_as_the_api(at_0011: tuple[str, Engine, int]) -
     add(engine, project, [{"model": "*", "price_per_gpu_hour": "1", "currency": "USD"}])
     report = board_equals_api(engine, project) if postgres else api_money(engine, project)
     assert (report.total().cost, report.total().idle_cost) == (Decimal("9.25"), Decimal("2.75"))
+
+    # node-1 is spot capacity: its GPUs without a capacity_type label (the on-demand H100 and
+    # the L4) are priced as spot; the MIG instances say on-demand themselves.
+    with Session(engine) as session:
+        session.add(HostCapacity(project_id=project, host="node-1", capacity_type="spot"))
+        session.commit()
+    report = board_equals_api(engine, project) if postgres else api_money(engine, project)
+    by_gpu = {cost.gpu_key(item.usage.labels): item.cost for item in report.usages}
+    assert by_gpu["node-1/0/GPU-od"] == Decimal("2.25")  # 30 min at 1.50, 30 at 3.00
+    assert by_gpu["node-1/2/GPU-l4"] is None, "no spot price for the L4"
+    assert [report.capacity_of(usage) for usage in report.unpriced] == ["spot"]
 
 
 @pytest.mark.parametrize("empty_database_url", BOTH, indirect=True)

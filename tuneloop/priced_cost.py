@@ -21,7 +21,7 @@ from itertools import pairwise
 
 from tuneloop import cost
 from tuneloop.errors import Conflict
-from tuneloop.prices import price_book
+from tuneloop.prices import PriceBook, price_book
 from tuneloop.storage.timeseries.query import Bind, use_connection
 
 SECONDS_PER_HOUR = Decimal(3600)
@@ -50,6 +50,11 @@ class PricedReport:
     currency: str | None
     """The one currency of every price applied; ``None`` when none applied."""
     unpriced: list[cost.GpuUsage] = field(default_factory=list)
+    book: PriceBook = field(default_factory=lambda: PriceBook([]))
+
+    def capacity_of(self, usage: cost.GpuUsage) -> str:
+        """The capacity type its price was looked up by."""
+        return self.book.capacity_of(usage.labels)
 
     def money(self, by: cost.GroupBy) -> dict[str | None, Money]:
         groups: dict[str | None, list[PricedUsage]] = {}
@@ -115,6 +120,7 @@ def priced_usage(
         usages=items,
         currency=next(iter(currencies), None),
         unpriced=[item.usage for item in items if item.cost is None],
+        book=book,
     )
 
 

@@ -6,7 +6,8 @@ per project (``gpu_prices``).
   string comparison: no pattern language to escape or to abuse.
 - A GPU's capacity type is its series' ``capacity_type`` label (``on_demand``, ``spot`` or
   ``reserved``; ``on-demand`` as Karpenter's ``karpenter.sh/capacity-type`` spells it is
-  accepted), else ``on_demand``.
+  accepted), else the one assigned to its host (``Hostname``) in ``gpu_host_capacity``, the
+  project's before the server-wide one, else ``on_demand``.
 - The row that prices a GPU at a moment: among the rows of its model and capacity type in force
   then (no ``valid_from``, or one not after it), a project's own before the server-wide ones,
   then an exact model before a prefix, a longer prefix before a shorter, the latest
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, cast
@@ -27,9 +28,10 @@ from sqlalchemy import Connection, Row, Table, or_, select
 from sqlalchemy.orm import Session
 
 from tuneloop.errors import InvalidInput, NotFound
-from tuneloop.storage.models import CAPACITY_TYPES, GpuPrice
+from tuneloop.storage.models import CAPACITY_TYPES, GpuPrice, HostCapacity
 
 MODEL_LABEL = "modelName"
+HOST_LABEL = "Hostname"
 CAPACITY_LABEL = "capacity_type"
 DEFAULT_CAPACITY = "on_demand"
 ANY_MODEL = "*"
@@ -38,6 +40,7 @@ MAX_PRICE = Decimal("999999999999.999999")
 
 _CURRENCY = re.compile(r"[A-Z]{3}")
 _prices = cast(Table, GpuPrice.__table__)
+_hosts = cast(Table, HostCapacity.__table__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +60,23 @@ class Price:
         return model == self.model
 
 
+@dataclass(frozen=True, slots=True)
+class HostAssignment:
+    """The capacity type of a host's GPUs whose series do not name one."""
+
+    project_id: int | None
+    host: str
+    capacity_type: str
+
+
 # --------------------------------------------------------------------------- validation
+
+
+def validate_host(host: str) -> str:
+    host = host.strip()
+    if not host or len(host) > 253:
+        raise InvalidInput("host must be 1 to 253 characters")
+    return host
 
 
 def validate_model(model: str) -> str:
@@ -109,21 +128,28 @@ def validated(price: Price) -> Price:
 # --------------------------------------------------------------------------- which row applies
 
 
-def capacity_of(labels: Mapping[str, str]) -> str:
-    """The capacity type a GPU's series names (``on-demand`` read as ``on_demand``), else
-    ``on_demand``."""
+def capacity_of(labels: Mapping[str, str], hosts: Mapping[str, str] | None = None) -> str:
+    """The capacity type a GPU's series names (``on-demand`` read as ``on_demand``), else its
+    host's in ``hosts``, else ``on_demand``."""
     value = labels.get(CAPACITY_LABEL, "").strip().lower().replace("-", "_")
-    return value if value in CAPACITY_TYPES else DEFAULT_CAPACITY
+    if value in CAPACITY_TYPES:
+        return value
+    return (hosts or {}).get(labels.get(HOST_LABEL, ""), DEFAULT_CAPACITY)
 
 
 @dataclass(frozen=True)
 class PriceBook:
-    """The rows that can price one project's GPUs: its own and the server-wide ones."""
+    """The rows that can price one project's GPUs: its own and the server-wide ones, and the
+    capacity type of its hosts."""
 
     rows: Sequence[Price]
+    hosts: Mapping[str, str] = field(default_factory=dict)
+
+    def capacity_of(self, labels: Mapping[str, str]) -> str:
+        return capacity_of(labels, self.hosts)
 
     def price_for(self, labels: Mapping[str, str], at: datetime) -> Price | None:
-        model, capacity = labels.get(MODEL_LABEL, ""), capacity_of(labels)
+        model, capacity = labels.get(MODEL_LABEL, ""), self.capacity_of(labels)
         found = [
             row
             for row in self.rows
@@ -147,12 +173,15 @@ def _precedence(row: Price) -> tuple[bool, bool, int, float]:
 
 
 def price_book(connection: Connection | Session, project_id: int) -> PriceBook:
-    rows = connection.execute(
-        select(_prices).where(
-            or_(_prices.c.project_id.is_(None), _prices.c.project_id == project_id)
-        )
+    scope = or_(_prices.c.project_id.is_(None), _prices.c.project_id == project_id)
+    rows = connection.execute(select(_prices).where(scope))
+    # Server-wide first, each scope's latest last: the later assignment of a host wins.
+    assigned = connection.execute(
+        select(_hosts.c.host, _hosts.c.capacity_type)
+        .where(or_(_hosts.c.project_id.is_(None), _hosts.c.project_id == project_id))
+        .order_by(_hosts.c.project_id.is_not(None), _hosts.c.id)
     )
-    return PriceBook([_price(row) for row in rows])
+    return PriceBook([_price(row) for row in rows], {host: kind for host, kind in assigned})
 
 
 def _price(row: GpuPrice | Row[Any]) -> Price:
@@ -201,15 +230,35 @@ def delete_price(session: Session, price_id: int, project_id: int | None) -> Non
     session.flush()
 
 
-def replace_prices(session: Session, scopes: Iterable[int | None], prices: Sequence[Price]) -> int:
-    """Make ``prices`` the whole table of each scope in ``scopes`` (all or nothing)."""
+def replace_prices(
+    session: Session,
+    scopes: Iterable[int | None],
+    prices: Sequence[Price],
+    hosts: Sequence[HostAssignment] = (),
+) -> int:
+    """Make ``prices`` and ``hosts`` the whole table of each scope in ``scopes`` (all or
+    nothing)."""
     checked = [validated(price) for price in prices]
     for scope in set(scopes):
         for row in list_prices(session, scope):
             session.delete(row)
+        owned = (
+            HostCapacity.project_id.is_(None) if scope is None else HostCapacity.project_id == scope
+        )
+        for assignment in session.scalars(select(HostCapacity).where(owned)):
+            session.delete(assignment)
     session.flush()
     for price in checked:
         add_price(session, price)
+    for item in hosts:
+        session.add(
+            HostCapacity(
+                project_id=item.project_id,
+                host=validate_host(item.host),
+                capacity_type=validate_capacity_type(item.capacity_type),
+            )
+        )
+    session.flush()
     return len(checked)
 
 

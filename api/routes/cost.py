@@ -65,5 +65,5 @@ def project_cost(
         currency=report.currency,
         groups=[CostFiguresOut.of(group, money[group.key]) for group in cost.summarize(usages, by)],
         total=CostFiguresOut.of(cost.total(usages), report.total()),
-        unpriced=[UnpricedGpuOut.of(usage) for usage in report.unpriced],
+        unpriced=[UnpricedGpuOut.of(usage, report.capacity_of(usage)) for usage in report.unpriced],
     )

@@ -58,11 +58,11 @@ class UnpricedGpuOut(BaseModel):
     capacity_type: str
 
     @classmethod
-    def of(cls, usage: GpuUsage) -> UnpricedGpuOut:
+    def of(cls, usage: GpuUsage, capacity_type: str) -> UnpricedGpuOut:
         return cls(
             gpu=gpu_key(usage.labels),
             model=usage.labels.get(prices.MODEL_LABEL),
-            capacity_type=prices.capacity_of(usage.labels),
+            capacity_type=capacity_type,
         )
 
 

@@ -62,6 +62,19 @@ class PriceFileRow(PriceIn):
     project: str | None = Field(default=None, description="absent: server-wide")
 
 
+class HostFileRow(BaseModel):
+    """A row of a price file that gives a host's GPUs a capacity type (those whose series carry
+    no ``capacity_type`` label)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: Annotated[str, AfterValidator(prices.validate_host)] = Field(
+        description="dcgm-exporter's Hostname label"
+    )
+    capacity_type: CapacityType
+    project: str | None = Field(default=None, description="absent: server-wide")
+
+
 class PriceOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 

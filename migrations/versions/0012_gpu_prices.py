@@ -1,11 +1,13 @@
 """GPU prices: the price of a GPU-hour per accelerator model and capacity type (on-demand,
-spot, reserved), server-wide or per project, so the cost view reports money next to GPU-hours
-and energy (``tuneloop.prices``, ``tuneloop.priced_cost``).
+spot, reserved), server-wide or per project, and the capacity type of hosts, so the cost view
+reports money next to GPU-hours and energy (``tuneloop.prices``, ``tuneloop.priced_cost``).
 
 On PostgreSQL the Cost dashboard's money panels read ``tuneloop_gpu_cost``, which prices each
 GPU's in-use minutes (counted as ``tuneloop_gpu_usage`` counts them, migration 0011) by the row
 in force at each minute, in the API's order of precedence; ``cost`` is null for a GPU with
-minutes no row prices. SQLite has no stored functions and the API does not need them.
+minutes no row prices. A GPU's capacity type is its ``capacity_type`` label, else its host's
+in ``gpu_host_capacity`` (the price file's ``host`` rows), else on-demand. SQLite has no
+stored functions and the API does not need them.
 
 Revision ID: 0012
 Revises: 0011
@@ -49,7 +51,12 @@ CREATE FUNCTION tuneloop_gpu_cost(
                CASE WHEN replace(lower(trim(g.labels->>'capacity_type')), '-', '_')
                          IN ('on_demand', 'spot', 'reserved')
                     THEN replace(lower(trim(g.labels->>'capacity_type')), '-', '_')
-                    ELSE 'on_demand' END AS capacity
+                    ELSE coalesce((
+                        SELECT h.capacity_type FROM gpu_host_capacity AS h
+                        WHERE h.host = g.labels->>'Hostname'
+                          AND (h.project_id IS NULL OR h.project_id = g.project_id)
+                        ORDER BY h.project_id IS NULL, h.id DESC LIMIT 1
+                    ), 'on_demand') END AS capacity
         FROM (
             SELECT * FROM whole
             UNION ALL
@@ -172,6 +179,26 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_gpu_prices")),
     )
     op.create_index("ix_gpu_prices_project_id", "gpu_prices", ["project_id"])
+    op.create_table(
+        "gpu_host_capacity",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("project_id", sa.Integer(), nullable=True),
+        sa.Column("host", sa.String(length=253), nullable=False),
+        sa.Column("capacity_type", sa.String(length=20), nullable=False),
+        sa.Column("created_at", UTCDateTime(), nullable=False),
+        sa.CheckConstraint(
+            "capacity_type IN ('on_demand', 'spot', 'reserved')",
+            name=op.f("ck_gpu_host_capacity_capacity"),
+        ),
+        sa.ForeignKeyConstraint(
+            ["project_id"],
+            ["projects.id"],
+            name=op.f("fk_gpu_host_capacity_project_id_projects"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_gpu_host_capacity")),
+    )
+    op.create_index("ix_gpu_host_capacity_host", "gpu_host_capacity", ["host"])
     if op.get_bind().dialect.name == "postgresql":
         op.execute(GPU_COST)
 
@@ -179,5 +206,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.execute(f"DROP FUNCTION IF EXISTS {COST_SIGNATURE}")
+    op.drop_index("ix_gpu_host_capacity_host", table_name="gpu_host_capacity")
+    op.drop_table("gpu_host_capacity")
     op.drop_index("ix_gpu_prices_project_id", table_name="gpu_prices")
     op.drop_table("gpu_prices")

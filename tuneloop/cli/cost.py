@@ -76,5 +76,5 @@ def cost_command(
     _table(header, [*rows, _row("(total)", cost.total(usages), report.total())])
     for usage in report.unpriced:
         model = usage.labels.get(prices.MODEL_LABEL, "no modelName")
-        capacity = prices.capacity_of(usage.labels)
+        capacity = report.capacity_of(usage)
         typer.echo(f"no price: {cost.gpu_key(usage.labels)} ({model}, {capacity})", err=True)

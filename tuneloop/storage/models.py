@@ -40,6 +40,7 @@ from tuneloop.storage.base import Base as Base
 from tuneloop.storage.base import metadata as metadata
 from tuneloop.storage.price_models import CAPACITY_TYPES as CAPACITY_TYPES
 from tuneloop.storage.price_models import GpuPrice as GpuPrice
+from tuneloop.storage.price_models import HostCapacity as HostCapacity
 from tuneloop.storage.types import BigIntPK, UTCDateTime, utcnow
 
 # --------------------------------------------------------------------------- control plane

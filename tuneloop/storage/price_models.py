@@ -38,3 +38,23 @@ class GpuPrice(Base):
     valid_from: Mapped[datetime | None] = mapped_column(default=None)
     """In force from then on (until a later row of the same model and capacity type)."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class HostCapacity(Base):
+    """The capacity type of every GPU of a host whose series carry no ``capacity_type`` label,
+    server-wide (``project_id`` null) or for one project, whose rows override the others."""
+
+    __tablename__ = "gpu_host_capacity"
+    __table_args__ = (
+        CheckConstraint("capacity_type IN ('on_demand', 'spot', 'reserved')", name="capacity"),
+        Index("ix_gpu_host_capacity_host", "host"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[int | None] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), default=None
+    )
+    host: Mapped[str] = mapped_column(String(253))
+    """dcgm-exporter's ``Hostname`` label."""
+    capacity_type: Mapped[str] = mapped_column(String(20))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
