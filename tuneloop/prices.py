@@ -221,6 +221,22 @@ def list_prices(session: Session, project_id: int | None) -> list[GpuPrice]:
     return list(session.scalars(select(GpuPrice).where(scope).order_by(GpuPrice.id)))
 
 
+def update_price(session: Session, price_id: int, price: Price) -> GpuPrice:
+    """Replace the row's fields with ``price``'s, in its scope (``price.project_id``); a row of
+    another scope answers :class:`NotFound`."""
+    price = validated(price)
+    row = session.get(GpuPrice, price_id)
+    if row is None or row.project_id != price.project_id:
+        raise NotFound(f"price {price_id} not found")
+    row.model = price.model
+    row.capacity_type = price.capacity_type
+    row.price_per_gpu_hour = price.price_per_gpu_hour
+    row.currency = price.currency
+    row.valid_from = price.valid_from
+    session.flush()
+    return row
+
+
 def delete_price(session: Session, price_id: int, project_id: int | None) -> None:
     """Delete a row of that scope; any other answers :class:`NotFound`."""
     row = session.get(GpuPrice, price_id)

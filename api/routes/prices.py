@@ -43,6 +43,13 @@ def list_prices(session: SessionDep, token: AdminToken) -> list[PriceOut]:
     return [PriceOut.model_validate(row) for row in prices.list_prices(session, None)]
 
 
+@router.put("/{price_id}", summary="Change a server-wide price (admin)")
+def update_price(
+    price_id: PathId, body: PriceIn, session: SessionDep, token: AdminToken
+) -> PriceOut:
+    return PriceOut.model_validate(prices.update_price(session, price_id, body.to_price(None)))
+
+
 @router.delete(
     "/{price_id}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a server-wide price"
 )
@@ -61,6 +68,15 @@ def create_project_price(
 @project_router.get("", summary="The project's own prices (server-wide ones: /api/v1/prices)")
 def list_project_prices(project: ProjectDep, session: SessionDep) -> list[PriceOut]:
     return [PriceOut.model_validate(row) for row in prices.list_prices(session, project.id)]
+
+
+@project_router.put("/{price_id}", summary="Change a project's price")
+def update_project_price(
+    price_id: PathId, body: PriceIn, project: ProjectDep, session: SessionDep, token: CurrentToken
+) -> PriceOut:
+    require_member(token, "setting prices")
+    row = prices.update_price(session, price_id, body.to_price(project.id))
+    return PriceOut.model_validate(row)
 
 
 @project_router.delete(

@@ -154,7 +154,9 @@ ROLE_NEEDED: Final[dict[Operation, Role]] = {
     ("GET", f"{ALERTS}/notifications"): "agent",
     ("POST", f"{PROJECT}/prices"): "member",
     ("GET", f"{PROJECT}/prices"): "agent",
+    ("PUT", f"{PROJECT}/prices/{{price_id}}"): "member",
     ("DELETE", f"{PROJECT}/prices/{{price_id}}"): "member",
+    ("PUT", "/api/v1/prices/{price_id}"): "admin",  # server-wide rows only
     ("DELETE", "/api/v1/prices/{price_id}"): "admin",  # server-wide rows only
 }
 
@@ -196,6 +198,8 @@ def bodies(marker: str) -> dict[Operation, Any]:
         ("POST", f"{ALERTS}/receivers"): receiver_body("another", marker),
         ("POST", f"{ALERTS}/inhibitions"): {"source": ['a="b"'], "target": ['c="d"']},
         ("POST", f"{PROJECT}/prices"): price_body(),
+        ("PUT", f"{PROJECT}/prices/{{price_id}}"): price_body(),
+        ("PUT", "/api/v1/prices/{price_id}"): price_body(),
     }
 
 

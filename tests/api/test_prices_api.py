@@ -38,7 +38,25 @@ def test_admins_set_server_wide_prices_members_their_projects(
     assert own.json()["valid_from"].startswith("2026-12-01T00:00:00")
     assert [row["id"] for row in client.get(PROJECT, headers=agent).json()] == [own.json()["id"]]
 
-    # Each route deletes rows of its own scope only.
+    # Each route changes and deletes rows of its own scope only.
+    changed = {**ROW, "price_per_gpu_hour": "2.30", "capacity_type": "reserved"}
+    updated = client.put(f"{PROJECT}/{own.json()['id']}", json=changed, headers=member)
+    assert updated.status_code == 200, updated.text
+    assert (updated.json()["price_per_gpu_hour"], updated.json()["capacity_type"]) == (
+        2.3,
+        "reserved",
+    )
+    assert updated.json()["valid_from"] is None, "a PUT replaces every field"
+    assert (
+        client.put(f"{PROJECT}/{own.json()['id']}", json=changed, headers=agent).status_code == 403
+    )
+    assert client.put(f"{PROJECT}/{body['id']}", json=changed, headers=member).status_code == 404
+    assert (
+        client.put(f"{GLOBAL}/{own.json()['id']}", json=changed, headers=admin).status_code == 404
+    )
+    assert client.put(f"{GLOBAL}/{body['id']}", json=changed, headers=admin).status_code == 200
+    bad = client.put(f"{GLOBAL}/{body['id']}", json={**changed, "currency": "$"}, headers=admin)
+    assert bad.status_code == 422 and "currency" in bad.text
     assert client.delete(f"{PROJECT}/{body['id']}", headers=member).status_code == 404
     assert client.delete(f"{GLOBAL}/{own.json()['id']}", headers=admin).status_code == 404
     assert client.delete(f"{PROJECT}/{own.json()['id']}", headers=agent).status_code == 403
