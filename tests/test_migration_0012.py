@@ -149,6 +149,14 @@ def test_upgrade_prices_the_board_as_the_api(at_0011: tuple[str, Engine, int]) -
     assert by_gpu["node-1/2/GPU-l4"] is None, "no spot price for the L4"
     assert [report.capacity_of(usage) for usage in report.unpriced] == ["spot"]
 
+    # Two rows alike but for their price: the one added last prices the L4.
+    l4_spot = {"model": "NVIDIA L4", "capacity_type": "spot", "currency": "USD"}
+    add(engine, project, [{**l4_spot, "price_per_gpu_hour": "2"}])
+    add(engine, project, [{**l4_spot, "price_per_gpu_hour": "3"}])
+    report = board_equals_api(engine, project) if postgres else api_money(engine, project)
+    by_gpu = {cost.gpu_key(item.usage.labels): item.cost for item in report.usages}
+    assert by_gpu["node-1/2/GPU-l4"] == Decimal("3")
+
 
 @pytest.mark.parametrize("empty_database_url", BOTH, indirect=True)
 def test_downgrade_removes_the_table_and_the_function(at_0011: tuple[str, Engine, int]) -> None:

@@ -11,7 +11,7 @@ per project (``gpu_prices``).
 - The row that prices a GPU at a moment: among the rows of its model and capacity type in force
   then (no ``valid_from``, or one not after it), a project's own before the server-wide ones,
   then an exact model before a prefix, a longer prefix before a shorter, the latest
-  ``valid_from`` first.
+  ``valid_from`` first, the row added last first.
 - Each row names its currency (ISO 4217); a project's cost adds up only one currency.
 """
 
@@ -174,7 +174,8 @@ def _precedence(row: Price) -> tuple[bool, bool, int, float]:
 
 def price_book(connection: Connection | Session, project_id: int) -> PriceBook:
     scope = or_(_prices.c.project_id.is_(None), _prices.c.project_id == project_id)
-    rows = connection.execute(select(_prices).where(scope))
+    # Newest first: of two rows alike but for their price, the one added last wins.
+    rows = connection.execute(select(_prices).where(scope).order_by(_prices.c.id.desc()))
     # Server-wide first, each scope's latest last: the later assignment of a host wins.
     assigned = connection.execute(
         select(_hosts.c.host, _hosts.c.capacity_type)

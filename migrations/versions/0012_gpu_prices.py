@@ -112,7 +112,7 @@ CREATE FUNCTION tuneloop_gpu_cost(
                    OR (right(r.model, 1) = '*' AND starts_with(g.model, left(r.model, -1))))
               AND (r.valid_from IS NULL OR r.valid_from <= pt.since)
             ORDER BY r.project_id IS NULL, right(r.model, 1) = '*', length(r.model) DESC,
-                     r.valid_from DESC NULLS LAST
+                     r.valid_from DESC NULLS LAST, r.id DESC
             LIMIT 1
         ) AS r ON true
     ),
