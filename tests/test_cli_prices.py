@@ -145,3 +145,12 @@ def test_cost_shows_money_next_to_gpu_hours(cli: CliRunner, engine: Engine, tmp_
     assert "no price: node-1/2/GPU-l4 (NVIDIA L4, spot)" in result.stderr
     bad = cli.invoke(app, [*args[:3], "yesterday"])
     assert bad.exit_code == 2 and "--start" in bad.output
+
+
+def test_cost_says_it_needs_the_built_in_store(cli: CliRunner) -> None:
+    result = cli.invoke(
+        app,
+        ["cost", "vision", "--start", "0"],
+        env={"TUNELOOP_TSDB_URL": "http://127.0.0.1:9/"},
+    )
+    assert result.exit_code == 2 and "TUNELOOP_TSDB_URL" in result.output

@@ -14,6 +14,7 @@ from tuneloop import cost, priced_cost, prices
 from tuneloop.cli import app
 from tuneloop.cli.common import db_session, fail, project_or_fail
 from tuneloop.cli.tokens import _table
+from tuneloop.settings import get_settings
 from tuneloop.storage.timeseries.times import parse_time
 from tuneloop.storage.types import utcnow
 
@@ -58,6 +59,11 @@ def cost_command(
 ) -> None:
     """GPU-hours, idle GPU-hours, kWh, cost and idle cost over a period ('?': a GPU of the group
     has no price; see docs/dashboards.md, Prices)."""
+    if get_settings().tsdb_url:
+        fail(
+            "cost reads the built-in store's samples and rollups; "
+            "not available with TUNELOOP_TSDB_URL"
+        )
     begin = _time(start, "start")
     finish = _time(end, "end") if end is not None else utcnow()
     if finish <= begin:
