@@ -135,11 +135,11 @@ def gpu_usage(
         raise ValueError("end must be after start")
     with use_connection(bind) as connection:
         gpus = _series_of(connection, project_id, UTILIZATION_METRIC)
-        whole = {_key(labels) for _, labels in gpus}
+        whole = {labels_key(labels) for _, labels in gpus}
         active = [
             (sid, labels)
             for sid, labels in _series_of(connection, project_id, ACTIVITY_METRIC)
-            if _key(labels) not in whole
+            if labels_key(labels) not in whole
         ]
         counters = _series_of(connection, project_id, ENERGY_METRIC)
         minutes = _minutes(connection, [sid for sid, _ in gpus], start, end, idle_below)
@@ -148,14 +148,14 @@ def gpu_usage(
         )
         energy = _energy(connection, [sid for sid, _ in counters], start, end)
         teams = _job_teams(connection, project_id)
-    shares = _mig_shares(labels for _, labels in counters)
+    shares = mig_shares(labels for _, labels in counters)
     energy_by_labels = {
-        _key(labels): _share(energy.get(sid), shares, labels) for sid, labels in counters
+        labels_key(labels): _share(energy.get(sid), shares, labels) for sid, labels in counters
     }
     found = []
     for sid, labels in [*gpus, *active]:
         in_use, idle = minutes.get(sid, (0, 0))
-        millijoules = energy_by_labels.get(_key(labels))
+        millijoules = energy_by_labels.get(labels_key(labels))
         if not in_use and millijoules is None:
             continue
         job = labels.get("job") or None
@@ -177,7 +177,7 @@ def summarize(usages: Iterable[GpuUsage], by: GroupBy) -> list[CostGroup]:
     """Sum ``usages`` per ``by``, most GPU time first (then by key, ``None`` last)."""
     groups: dict[str | None, list[GpuUsage]] = {}
     for usage in usages:
-        groups.setdefault(_group_key(usage, by), []).append(usage)
+        groups.setdefault(group_key(usage, by), []).append(usage)
     summed = [
         CostGroup(
             key=key,
@@ -199,7 +199,7 @@ def total(usages: Sequence[GpuUsage]) -> CostGroup:
 # --------------------------------------------------------------------------- queries
 
 
-def _group_key(usage: GpuUsage, by: GroupBy) -> str | None:
+def group_key(usage: GpuUsage, by: GroupBy) -> str | None:
     if by is GroupBy.JOB:
         return usage.job
     if by is GroupBy.TEAM:
@@ -219,7 +219,7 @@ def gpu_key(labels: Mapping[str, str]) -> str:
     return key
 
 
-def _mig_shares(labels: Iterable[Mapping[str, str]]) -> dict[tuple[str, str], int]:
+def mig_shares(labels: Iterable[Mapping[str, str]]) -> dict[tuple[str, str], int]:
     """(host, UUID) -> how many MIG instances of that GPU report its energy counter."""
     instances: dict[tuple[str, str], set[str]] = {}
     for item in labels:
@@ -238,7 +238,7 @@ def _share(
     return millijoules / shares.get(gpu, 1)
 
 
-def _key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+def labels_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(labels.items()))
 
 

@@ -3,12 +3,14 @@
     curl -G -H "Authorization: Bearer $TOKEN" localhost:8000/api/v1/projects/vision/cost \\
         --data-urlencode start=2026-11-01T00:00:00Z --data-urlencode end=2026-12-01T00:00:00Z \\
         --data-urlencode by=team
-    {"by": "team", "groups": [{"key": "nlp", "gpus": 16, "gpu_hours": 11520.0,
-     "idle_gpu_hours": 310.5, "energy_kwh": 5210.3}, ...], "total": {...}, ...}
+    {"by": "team", "currency": "USD", "groups": [{"key": "nlp", "gpus": 16,
+     "gpu_hours": 11520.0, "idle_gpu_hours": 310.5, "energy_kwh": 5210.3, "cost": 28224.0,
+     "idle_cost": 760.725, "unpriced_gpus": 0}, ...], "total": {...}, "unpriced": [], ...}
 
-GPU time, idle time and energy are defined in :mod:`tuneloop.cost`. Every role of the project
-may read. Cost reads the built-in store's samples and rollups: with ``TUNELOOP_TSDB_URL`` set
-(series in a TSDB) it answers 409 and says so.
+GPU time, idle time and energy are defined in :mod:`tuneloop.cost`, money in
+:mod:`tuneloop.priced_cost`. Every role of the project may read. Cost reads the built-in
+store's samples and rollups: with ``TUNELOOP_TSDB_URL`` set (series in a TSDB) it answers 409
+and says so.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from api.deps import API_PREFIX, AUTH_ERRORS, ProjectDep, RuntimeDep, SessionDep
 from api.query_params import time_param
 from api.routes.series import TIME_DOC
 from api.schemas.common import ErrorOut
-from api.schemas.cost import CostFiguresOut, CostReportOut
-from tuneloop import cost
+from api.schemas.cost import CostFiguresOut, CostReportOut, UnpricedGpuOut
+from tuneloop import cost, priced_cost
 from tuneloop.errors import Conflict, InvalidInput
 
 router = APIRouter(
@@ -43,7 +45,7 @@ NOT_ON_A_TSDB = (
 
 @router.get(
     "/cost",
-    summary="GPU-hours, idle GPU-hours and energy over a period",
+    summary="GPU-hours, idle GPU-hours, energy and their cost over a period",
     responses={409: {"model": ErrorOut, "description": "Series live in a TSDB (no cost)"}},
 )
 def project_cost(
@@ -64,12 +66,18 @@ def project_cost(
         raise InvalidInput("end must be after start")
     if finish - begin > MAX_PERIOD:
         raise InvalidInput(f"the period may span at most {MAX_PERIOD.days} days")
-    usages = cost.gpu_usage(session.connection(), project.id, begin, finish, idle_below=idle_below)
+    report = priced_cost.priced_usage(
+        session.connection(), project.id, begin, finish, idle_below=idle_below
+    )
+    usages = list(priced_cost.usages_of(report))
+    money = report.money(by)
     return CostReportOut(
         start=begin,
         end=finish,
         by=by,
         idle_below_percent=idle_below,
-        groups=[CostFiguresOut.of(group) for group in cost.summarize(usages, by)],
-        total=CostFiguresOut.of(cost.total(usages)),
+        currency=report.currency,
+        groups=[CostFiguresOut.of(group, money[group.key]) for group in cost.summarize(usages, by)],
+        total=CostFiguresOut.of(cost.total(usages), report.total()),
+        unpriced=[UnpricedGpuOut.of(usage, report.capacity_of(usage)) for usage in report.unpriced],
     )

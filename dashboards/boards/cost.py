@@ -1,5 +1,6 @@
 """The Cost dashboard: GPU-hours, idle GPU-hours and energy per project, team, job, namespace
-and pod, MIG instances counted as the API counts them (``tuneloop.cost``, migration 0011)."""
+and pod, MIG instances counted as the API counts them (``tuneloop.cost``, migration 0011), and
+their cost in money by the price table (``tuneloop.priced_cost``, migration 0012)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,24 @@ from dashboards.board import PROJECT_VARIABLE, Board
 USAGE = (
     "tuneloop_gpu_usage(${project:sqlstring}, $__timeFrom(), $__timeTo(),\n"
     "    ${idle_below:sqlstring}::double precision)"
+)
+
+
+COST = (
+    "tuneloop_gpu_cost(${project:sqlstring}, $__timeFrom(), $__timeTo(),\n"
+    "    ${idle_below:sqlstring}::double precision)"
+)
+
+# As the API: a group's cost is unknown (null) when a GPU of it has no price, or when prices in
+# two currencies apply; never the sum of the priced GPUs alone.
+MONEY = (
+    "string_agg(DISTINCT currency, ',') AS currency,\n"
+    "       CASE WHEN bool_or(cost IS NULL) OR count(DISTINCT currency) > 1 THEN NULL\n"
+    "            ELSE round(sum(cost), 2) END AS cost,\n"
+    "       CASE WHEN bool_or(cost IS NULL) OR count(DISTINCT currency) > 1 THEN NULL\n"
+    "            ELSE round(sum(idle_cost), 2) END AS idle_cost,\n"
+    "       count(*) FILTER (WHERE cost IS NULL) AS unpriced_gpus\n"
+    f"FROM {COST}"
 )
 
 
@@ -89,6 +108,30 @@ def cost() -> Board:
         "The same figures per the chosen label: a Kubernetes namespace or pod "
         "(dcgm-exporter's pod attribution), a team or a job.",
         cost_by(BY_VARIABLE, "name"),
+        unit="none",
+        fmt="table",
+    )
+    board.add(
+        "stat",
+        "Cost",
+        "GPU-hours times the price of a GPU-hour of each GPU's model and capacity type (its "
+        "capacity_type label, else on_demand): the project's own prices before the server-wide "
+        "ones; a MIG instance is priced as its share of the GPU. Empty when a GPU has no price: "
+        "see the unpriced GPUs.",
+        f"SELECT {MONEY}",
+        unit="none",
+        fmt="table",
+        width=24,
+        height=5,
+    )
+    board.add(
+        "table",
+        "Cost per ${group_by}",
+        "The cost and the idle cost (idle GPU-hours times their price) per the chosen label.",
+        f"SELECT coalesce(nullif({BY_VARIABLE}, ''), '(none)') AS name,\n"
+        f"       {MONEY}\n"
+        "GROUP BY 1\n"
+        "ORDER BY 3 DESC NULLS FIRST, 1",
         unit="none",
         fmt="table",
     )

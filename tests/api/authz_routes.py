@@ -77,6 +77,7 @@ PATH_SLOTS: Final[dict[str, str]] = {
     "receivers/{name}": "an alert receiver",
     "inhibitions/{inhibition_id}": "an inhibit rule",
     "tokens/{token_id}": "a token of the project",
+    "prices/{price_id}": "a price of the project",
 }
 """Every path parameter the matrix can fill, and the object of beta's that fills it."""
 
@@ -161,6 +162,12 @@ ROLE_NEEDED: Final[dict[Operation, Role]] = {
     ("GET", f"{ALERTS}/inhibitions"): "agent",
     ("DELETE", f"{ALERTS}/inhibitions/{{inhibition_id}}"): "member",
     ("GET", f"{ALERTS}/notifications"): "agent",
+    ("POST", f"{PROJECT}/prices"): "member",
+    ("GET", f"{PROJECT}/prices"): "agent",
+    ("PUT", f"{PROJECT}/prices/{{price_id}}"): "member",
+    ("DELETE", f"{PROJECT}/prices/{{price_id}}"): "member",
+    ("PUT", "/api/v1/prices/{price_id}"): "admin",  # server-wide rows only
+    ("DELETE", "/api/v1/prices/{price_id}"): "admin",  # server-wide rows only
 }
 
 WINDOW = {"start": "2026-01-01T00:00:00Z", "end": "2026-01-01T01:00:00Z", "step": "60"}
@@ -200,7 +207,15 @@ def bodies(marker: str) -> dict[Operation, Any]:
         ("POST", f"{ALERTS}/silences"): {"matchers": ['a="b"'], "duration": "1h"},
         ("POST", f"{ALERTS}/receivers"): receiver_body("another", marker),
         ("POST", f"{ALERTS}/inhibitions"): {"source": ['a="b"'], "target": ['c="d"']},
+        ("POST", f"{PROJECT}/prices"): price_body(),
+        ("PUT", f"{PROJECT}/prices/{{price_id}}"): price_body(),
+        ("PUT", "/api/v1/prices/{price_id}"): price_body(),
     }
+
+
+def price_body() -> dict[str, Any]:
+    return {"model": "NVIDIA H100*", "capacity_type": "spot", "price_per_gpu_hour": "2.5",
+            "currency": "USD"}  # fmt: skip
 
 
 def rule_body(name: str, marker: str) -> dict[str, Any]:

@@ -61,6 +61,8 @@ UNSCOPED: dict[Operation, str] = {
     ("GET", "/api/v1/query_exemplars"): "always empty: nothing of any project",
     ("POST", "/api/v1/query_exemplars"): "always empty: nothing of any project",
     ("GET", "/api/v1/rules"): "always empty: nothing of any project",
+    ("POST", "/api/v1/prices"): "admin only: server-wide prices",
+    ("GET", "/api/v1/prices"): "admin only: server-wide prices",
 }
 """Operations whose path names no object, and why they cannot reach another project."""
 
@@ -132,6 +134,7 @@ def world(client: TestClient, mint: Minter, runtime: Runtime) -> World:
     autoscaler = routes.autoscaler_body("scaler", MARKER)
     _created(client.post(f"{BETA}/autoscalers", json=autoscaler, headers=admin))
     agent_token = _created(client.get("/api/v1/tokens/self", headers=agent), 200)
+    price = _created(client.post(f"{BETA}/prices", json=routes.price_body(), headers=member))
 
     values: dict[str, tuple[str, ...]] = {
         "projects/{project}": ("beta",),
@@ -144,6 +147,7 @@ def world(client: TestClient, mint: Minter, runtime: Runtime) -> World:
         "receivers/{name}": ("pager",),
         "inhibitions/{inhibition_id}": (str(inhibition["id"]),),
         "tokens/{token_id}": (str(agent_token["id"]),),
+        "prices/{price_id}": (str(price["id"]),),
     }
     assert values.keys() == routes.PATH_SLOTS.keys()
     beta: dict[Role, dict[str, str]] = {"agent": agent, "member": member, "admin": admin}
@@ -220,6 +224,9 @@ def test_unscoped_routes_show_nothing_of_another_project(client: TestClient, wor
         assert [p["name"] for p in projects.json()["items"]] == ["alpha"], role
         assert client.get("/api/v1/tokens", headers=headers).status_code == 403
         assert client.post("/api/v1/tokens", json={"name": "x"}, headers=headers).status_code == 403
+        assert client.get("/api/v1/prices", headers=headers).status_code == 403
+        price = routes.price_body()
+        assert client.post("/api/v1/prices", json=price, headers=headers).status_code == 403
         created = client.post("/api/v1/projects", json={"name": "gamma"}, headers=headers)
         assert created.status_code == 403
         assert (

@@ -54,7 +54,11 @@ def test_cost_per_team_job_gpu_and_project(
         "gpu_hours": 15.0,
         "idle_gpu_hours": 1.0,
         "energy_kwh": pytest.approx(4.5),
+        "cost": None,  # no prices: unknown, never 0
+        "idle_cost": None,
+        "unpriced_gpus": 5,
     }
+    assert body["currency"] is None and len(body["unpriced"]) == 5
 
     by_job = client.get(url, params={**whole, "by": "job"}, headers=headers).json()
     assert figures(by_job) == {

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NoReturn
 
 import typer
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
+from tuneloop import accounts, errors
 from tuneloop.runtime import Runtime
 from tuneloop.settings import Settings, SettingsError, get_settings
-from tuneloop.storage import DatabaseUnavailable
+from tuneloop.storage import DatabaseUnavailable, session_scope
+from tuneloop.storage.models import Project
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -35,3 +41,29 @@ def open_runtime(settings: Settings) -> Runtime:
         return Runtime.open(settings)
     except DatabaseUnavailable as exc:
         fail(str(exc))
+
+
+@contextmanager
+def db_session() -> Iterator[Session]:
+    """A committed-on-success session; account and database errors end the command cleanly."""
+    runtime = open_runtime(get_settings())
+    try:
+        with session_scope(runtime.sessions) as session:
+            yield session
+    except errors.PermanentError as exc:
+        fail(str(exc), code=1)
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[:1]
+        fail(
+            f"database error: {reason[0] if reason else type(exc).__name__} "
+            "(is the schema up to date? run the migrations)"
+        )
+    finally:
+        runtime.close()
+
+
+def project_or_fail(session: Session, name: str) -> Project:
+    project = accounts.get_project_by_name(session, name)
+    if project is None:
+        fail(f"project {name!r} does not exist (create it with: tuneloop project create {name})", 1)
+    return project

@@ -10,8 +10,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from tuneloop.cli import app
-from tuneloop.cli.common import fail
-from tuneloop.cli.tokens import CLI_ACTOR, _session, _table, _when
+from tuneloop.cli.common import db_session, fail
+from tuneloop.cli.tokens import CLI_ACTOR, _table, _when
 from tuneloop.storage.models import Job, Project, Study, Trial
 from tuneloop.storage.types import row_id
 from tuner import service
@@ -33,7 +33,7 @@ def study_list(
     job: Annotated[str | None, typer.Option(help="Only this job's studies (by name)")] = None,
 ) -> None:
     """List studies with their state, trial count and best value."""
-    with _session() as session:
+    with db_session() as session:
         query = (
             select(Study, Job, Project)
             .join(Job, Study.job_id == Job.id)
@@ -71,7 +71,7 @@ def study_list(
 @study_app.command("show")
 def study_show(study_id: Annotated[int, typer.Argument(help="Study id (see study list)")]) -> None:
     """A study's trials (config, state, value, reason) and its best config."""
-    with _session() as session:
+    with db_session() as session:
         study = session.get(Study, study_id)
         if study is None:
             fail(f"study {study_id} does not exist (see: tuneloop study list)", 1)
@@ -117,7 +117,7 @@ def study_cancel(
     project: Annotated[str | None, typer.Option(help="The job's project")] = None,
 ) -> None:
     """Cancel a running or stopped study: the job goes back on its pre-study config."""
-    with _session() as session:
+    with db_session() as session:
         study = _find_study(session, ref, job, project)
         try:
             changed = service.cancel_study(session, study, actor=CLI_ACTOR)

@@ -7,21 +7,16 @@ works; everything meant for people goes to stderr.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Annotated
 
 import typer
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
 
-from tuneloop import accounts, errors
+from tuneloop import accounts
 from tuneloop.cli import app
-from tuneloop.cli.common import fail, open_runtime
-from tuneloop.settings import get_settings
-from tuneloop.storage import session_scope
-from tuneloop.storage.models import ApiToken, Project
+from tuneloop.cli.common import db_session, fail, project_or_fail
+from tuneloop.storage.models import ApiToken
 from tuneloop.storage.types import utcnow
 
 CLI_ACTOR = "cli"
@@ -30,32 +25,6 @@ token_app = typer.Typer(help="Create, list and revoke API tokens.", no_args_is_h
 project_app = typer.Typer(help="Create and list projects.", no_args_is_help=True)
 app.add_typer(token_app, name="token")
 app.add_typer(project_app, name="project")
-
-
-@contextmanager
-def _session() -> Iterator[Session]:
-    """A committed-on-success session; account and database errors end the command cleanly."""
-    runtime = open_runtime(get_settings())
-    try:
-        with session_scope(runtime.sessions) as session:
-            yield session
-    except errors.PermanentError as exc:
-        fail(str(exc), code=1)
-    except SQLAlchemyError as exc:
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[:1]
-        fail(
-            f"database error: {reason[0] if reason else type(exc).__name__} "
-            "(is the schema up to date? run the migrations)"
-        )
-    finally:
-        runtime.close()
-
-
-def _project_or_fail(session: Session, name: str) -> Project:
-    project = accounts.get_project_by_name(session, name)
-    if project is None:
-        fail(f"project {name!r} does not exist (create it with: tuneloop project create {name})", 1)
-    return project
 
 
 def _when(value: datetime | None) -> str:
@@ -102,8 +71,8 @@ def token_create(
     if role != "admin" and project is None:
         fail(f"a {role} token needs --project")
     expires_at = utcnow() + timedelta(days=expires_in_days) if expires_in_days else None
-    with _session() as session:
-        owner = _project_or_fail(session, project) if project is not None else None
+    with db_session() as session:
+        owner = project_or_fail(session, project) if project is not None else None
         token, secret = accounts.create_token(
             session, owner, name or role, role, expires_at=expires_at, actor=CLI_ACTOR
         )
@@ -124,11 +93,11 @@ def token_list(
     active: Annotated[bool, typer.Option("--active", help="Hide revoked tokens")] = False,
 ) -> None:
     """List tokens: id, prefix, role, project, name, dates. Never secrets."""
-    with _session() as session:
+    with db_session() as session:
         if project is not None:
             tokens = accounts.list_tokens(
                 session,
-                _project_or_fail(session, project),
+                project_or_fail(session, project),
                 include_revoked=not active,
                 limit=10_000,
             )
@@ -156,7 +125,7 @@ def token_revoke(
     token_id: Annotated[int, typer.Argument(help="Token id (see token list)")],
 ) -> None:
     """Revoke a token: requests with it get 401 from now on."""
-    with _session() as session:
+    with db_session() as session:
         token = accounts.revoke_token(session, token_id, actor=CLI_ACTOR)
     typer.echo(f"revoked token {token.id} ({token.prefix}, {token.name!r})")
 
@@ -167,7 +136,7 @@ def token_revoke(
 @project_app.command("create")
 def project_create(name: Annotated[str, typer.Argument(help="lowercase, digits, - and _")]) -> None:
     """Create a project (then give it a token with: tuneloop token create --project NAME)."""
-    with _session() as session:
+    with db_session() as session:
         project = accounts.create_project(session, name, actor=CLI_ACTOR)
     typer.echo(f"created project {project.name} (id {project.id})")
 
@@ -175,7 +144,7 @@ def project_create(name: Annotated[str, typer.Argument(help="lowercase, digits, 
 @project_app.command("list")
 def project_list() -> None:
     """List projects."""
-    with _session() as session:
+    with db_session() as session:
         projects = accounts.list_projects(session, limit=100_000)
     rows = [(str(p.id), p.name, _when(p.created_at)) for p in projects]
     _table(("ID", "NAME", "CREATED"), rows)

@@ -38,6 +38,9 @@ from tuneloop.storage.alert_models import Notification as Notification
 from tuneloop.storage.base import NAMING_CONVENTION as NAMING_CONVENTION
 from tuneloop.storage.base import Base as Base
 from tuneloop.storage.base import metadata as metadata
+from tuneloop.storage.price_models import CAPACITY_TYPES as CAPACITY_TYPES
+from tuneloop.storage.price_models import GpuPrice as GpuPrice
+from tuneloop.storage.price_models import HostCapacity as HostCapacity
 from tuneloop.storage.types import BigIntPK, UTCDateTime, utcnow
 
 # --------------------------------------------------------------------------- control plane
