@@ -12,6 +12,7 @@ import promql_parser as ast
 
 from tuneloop.promql.evaluate import Evaluator
 from tuneloop.promql.parse import parse
+from tuneloop.promql.source import BackendSource
 from tuneloop.promql.values import (
     ExecutionError,
     PromQLError,
@@ -25,6 +26,7 @@ from tuneloop.promql.values import (
 )
 
 __all__ = [
+    "BackendSource",
     "ExecutionError",
     "PromQLError",
     "QueryResult",

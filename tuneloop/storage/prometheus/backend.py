@@ -15,13 +15,14 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-from tuneloop.storage.prometheus import queries
+from tuneloop.storage.prometheus import queries, raw_reads
 from tuneloop.storage.prometheus.client import DEFAULT_TIMEOUT_S, PrometheusClient
 from tuneloop.storage.prometheus.grid import Buckets, Windows
 from tuneloop.storage.prometheus.remote_writer import RemoteWriter
 from tuneloop.storage.timeseries.columns import Batch, expand
 from tuneloop.storage.timeseries.functions import BUCKET_LABEL, BUCKET_SUFFIX, LabeledSeries
 from tuneloop.storage.timeseries.query import METRIC_LABEL, TooManySeries, check_query
+from tuneloop.storage.timeseries.raw import RawSeries
 from tuneloop.storage.timeseries.types import (
     Aggregation,
     LatestSample,
@@ -312,6 +313,28 @@ class PrometheusBackend:
             LabeledSeries({k: v for k, v in key if k != BUCKET_LABEL}, sorted(values))
             for key, values in sorted(points.items())
         ]
+
+    # ----------------------------------------------------------------------- raw samples
+
+    def read_raw(
+        self,
+        project_id: int,
+        matchers: Sequence[Matcher],
+        start_ms: int,
+        end_ms: int,
+        *,
+        max_series: int | None = None,
+    ) -> list[RawSeries]:
+        return raw_reads.read(
+            self.client, self.project_label, project_id, matchers, start_ms, end_ms, max_series
+        )
+
+    def count_raw(
+        self, project_id: int, matchers: Sequence[Matcher], start_ms: int, end_ms: int, limit: int
+    ) -> int:
+        return raw_reads.count(
+            self.client, self.project_label, project_id, matchers, start_ms, end_ms, limit
+        )
 
     # ----------------------------------------------------------------------- latest
 
