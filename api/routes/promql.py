@@ -279,5 +279,5 @@ def query_exemplars(token: CurrentToken) -> JSONResponse:
 @router.get("/rules", summary="Recording and alerting rules: none here")
 def rules(token: CurrentToken) -> JSONResponse:
     # Grafana's alerting asks a Prometheus data source for its rules; tuneloop's alert rules
-    # live at /api/v1/projects/NAME/alerts/rules and are not PromQL.
+    # live at /api/v1/projects/NAME/alerts/rules, in their own shape.
     return JSONResponse({"status": "success", "data": {"groups": []}})
