@@ -70,6 +70,14 @@ def test_each_panel_answers_as_prometheus_does(
     _compare(_ours(tuneloop_api, "/api/v1/query_range", params), theirs, False, query)
 
 
+@pytest.mark.parametrize("selection", SELECTIONS)
+@pytest.mark.parametrize(("title", "expr"), TARGETS, ids=[title for title, _ in TARGETS])
+def test_each_panel_answers_as_prometheus_does_with_series_in_a_tsdb(
+    title: str, expr: str, selection: str, tsdb_api: Tuneloop, prometheus_url: str
+) -> None:
+    test_each_panel_answers_as_prometheus_does(title, expr, selection, tsdb_api, prometheus_url)
+
+
 def _label_values(answer: Any, label: str) -> list[str]:
     return sorted({series[label] for series in answer if label in series})
 

@@ -51,3 +51,10 @@ def test_each_rule_answers_as_prometheus_does(
         }
         theirs = prom_api(prometheus_url, "/api/v1/query_range", params)
         _compare(_ours(tuneloop_api, "/api/v1/query_range", params), theirs, False, query)
+
+
+@pytest.mark.parametrize(("alert", "expr"), RULES, ids=[alert for alert, _ in RULES])
+def test_each_rule_answers_as_prometheus_does_with_series_in_a_tsdb(
+    alert: str, expr: str, tsdb_api: Tuneloop, prometheus_url: str
+) -> None:
+    test_each_rule_answers_as_prometheus_does(alert, expr, tsdb_api, prometheus_url)
