@@ -2,8 +2,9 @@
 
 Every DCGM field of dcgm-exporter's counter list (also the ones it leaves commented out, which a
 user's own list may enable), the host source's node-exporter counters, the step timings the
-OTLP receiver stores, and the request-duration histogram of inference servers. Anything else is
-known once the project has a series of that name.
+OTLP receiver stores and the series the job diagnosis writes from them, and the
+request-duration histogram of inference servers. Anything else is known once the project has a
+series of that name.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 
-from tuneloop.step_timing import STEP_TIMING_SERIES
+from tuneloop.step_timing import DIAGNOSIS_SERIES, STEP_TIMING_SERIES
 from tuneloop.storage.timeseries.types import SeriesKind
 
 _COUNTERS_PACKAGE = "collector.sources"
@@ -47,7 +48,9 @@ _HOST: Mapping[str, SeriesKind] = {
     )
 }
 
-_STEP_TIMING: Mapping[str, SeriesKind] = {name: SeriesKind.GAUGE for name in STEP_TIMING_SERIES}
+_STEP_TIMING: Mapping[str, SeriesKind] = {
+    name: SeriesKind.GAUGE for name in (*STEP_TIMING_SERIES, *DIAGNOSIS_SERIES)
+}
 
 
 # Histograms inference servers export over OTLP (semantic conventions), stored as classic

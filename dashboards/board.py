@@ -181,10 +181,12 @@ class Board:
         fmt: str = "time_series",
         width: int = 12,
         height: int = 8,
+        stacked: bool = False,
     ) -> None:
-        """A panel of SQL queries (targets A, B, ...)."""
+        """A panel of SQL queries (targets A, B, ...); ``stacked``: its lines add up (shares
+        of a whole)."""
         targets = [SqlTarget(chr(ord("A") + i), text, fmt) for i, text in enumerate(sql)]
-        self._place(kind, title, description, targets, unit, width, height)
+        self._place(kind, title, description, targets, unit, width, height, stacked)
 
     def add_promql(
         self,
@@ -219,6 +221,7 @@ class Board:
         unit: str,
         width: int,
         height: int,
+        stacked: bool = False,
     ) -> None:
         x, y = self._cursor
         if x + width > 24:  # wrap: the SDK's own placement lets a wide panel overflow
@@ -237,6 +240,9 @@ class Board:
         )
         if kind == "timeseries":
             panel = panel.max_data_points(MAX_DATA_POINTS)
+        if stacked:
+            normal = common.StackingConfig().mode(common_model.StackingMode.NORMAL)
+            panel = panel.stacking(normal).fill_opacity(60)
         self.panels.append(panel)
 
     def build(self) -> model.Dashboard:

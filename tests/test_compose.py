@@ -176,12 +176,44 @@ def test_prometheus_config_passes_promtool() -> None:
 def test_grafana_provisioning() -> None:
     provisioning = ROOT / "dashboards/provisioning"
     datasources = yaml.safe_load((provisioning / "datasources/tuneloop.yml").read_text())
-    by_type = {source["type"]: source for source in datasources["datasources"]}
-    assert by_type["grafana-postgresql-datasource"]["url"] == "postgres:5432"
-    assert by_type["grafana-postgresql-datasource"]["jsonData"]["database"] == "tuneloop"
-    assert by_type["prometheus"]["url"] == "http://prometheus:9090"
+    by_name = {source["name"]: source for source in datasources["datasources"]}
+    assert by_name["tuneloop"]["type"] == "grafana-postgresql-datasource"
+    assert by_name["tuneloop"]["url"] == "postgres:5432"
+    assert by_name["tuneloop"]["jsonData"]["database"] == "tuneloop"
+    assert by_name["prometheus"]["type"] == "prometheus"
+    assert by_name["prometheus"]["url"] == "http://prometheus:9090"
+    # The tsdb profile's VictoriaMetrics, at the URL the tuneloop services are given there.
+    assert by_name["victoriametrics"]["type"] == "prometheus"
+    assert by_name["victoriametrics"]["url"] == TSDB_URL
 
     dashboards = yaml.safe_load((provisioning / "dashboards/tuneloop.yml").read_text())
     (provider,) = dashboards["providers"]
     mounted = {target for service, _, target in host_mounts() if service == "grafana"}
     assert provider["options"]["path"] in mounted
+
+
+TSDB_URL = "http://victoriametrics:8428"
+TSDB_UP = f"TUNELOOP_TSDB_URL={TSDB_URL} docker compose --profile tsdb up --build"
+
+
+def test_the_tsdb_profile_adds_victoria_metrics_and_only_it() -> None:
+    profiled = {name for name, service in SERVICES.items() if service.get("profiles")}
+    assert profiled == {"victoriametrics"}  # a plain `docker compose up` is unchanged
+    vm = SERVICES["victoriametrics"]
+    assert vm["profiles"] == ["tsdb"]
+    assert vm["image"].startswith("victoriametrics/victoria-metrics:")
+    assert "http://127.0.0.1:8428/health" in vm["healthcheck"]["test"]
+    assert any(volume.endswith(":/storage") for volume in vm["volumes"])
+    assert "-storageDataPath=/storage" in command_of(vm)
+
+
+def test_tuneloop_services_take_the_tsdb_url_from_the_environment() -> None:
+    for name, _ in tuneloop_commands():
+        environment = SERVICES[name]["environment"]
+        # Unset: empty, series in PostgreSQL; the profile's command sets it.
+        assert environment["TUNELOOP_TSDB_URL"] == "${TUNELOOP_TSDB_URL:-}", name
+    settings = Settings(tsdb_url=TSDB_URL)
+    host, _, port = settings.tsdb_url.removeprefix("http://").partition(":")
+    assert int(port) in served_ports(SERVICES[host])
+    assert TSDB_UP in (ROOT / "docker-compose.yml").read_text()
+    assert TSDB_UP in (ROOT / "docs/deploy-on-your-tsdb.md").read_text()

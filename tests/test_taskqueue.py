@@ -111,6 +111,7 @@ def test_runner_uses_the_one_registry() -> None:
         "tuneloop.maintenance.rollups": 7,
         "tuneloop.maintenance.retention": 7,
         "tuneloop.tuner.dispatch": 3,
+        "tuneloop.tuner.diagnose": 3,
         "tuneloop.alerts.evaluate": 5,
         "tuneloop.alerts.notify": 2,
         "tuneloop.actuators.reconcile": 4,
@@ -285,3 +286,9 @@ def test_retention_task_creates_the_next_partition_ahead(postgres_server_url: st
     assert today in lowers
     assert today + timedelta(days=1) in lowers
     engine.dispose()
+
+
+def test_no_store_maintenance_when_series_live_in_a_tsdb() -> None:
+    names = {task.name for task in periodic_tasks(load_settings(tsdb_url="http://vm:8428"))}
+    assert "tuneloop.tuner.dispatch" in names
+    assert not {n for n in names if n.startswith("tuneloop.maintenance.")}

@@ -58,6 +58,14 @@ class Settings(BaseSettings):
     ``--web.enable-remote-write-receiver``) that keeps the series instead of the database:
     remote write to ``<url>/api/v1/write``, PromQL over ``<url>/api/v1/...``. Empty: the
     built-in store."""
+    tsdb_write_url: str = ""
+    """Remote-write endpoint of the TSDB when it is not ``<tsdb_url>/api/v1/write``: a
+    VictoriaMetrics cluster's vminsert (``/insert/<tenant>/prometheus/api/v1/write``, with
+    ``tsdb_url`` at vmselect's ``/select/<tenant>/prometheus``), Mimir's distributor
+    (``/api/v1/push``), Thanos Receive (``/api/v1/receive``). Empty: ``<tsdb_url>/api/v1/write``."""
+    tsdb_headers: dict[str, str] = Field(default_factory=dict)
+    """Extra headers of every request to the TSDB, reads and writes (JSON in the
+    environment), e.g. ``{"X-Scope-OrgID": "gpu-fleet"}`` for Mimir."""
     tsdb_bearer_token: SecretStr | None = None
     """Sent as ``Authorization: Bearer <token>`` with every request to the TSDB."""
     tsdb_timeout_s: float = Field(default=30.0, gt=0)
@@ -177,6 +185,13 @@ class Settings(BaseSettings):
         if value and not _TSDB_URL.fullmatch(value):
             raise ValueError("not a TSDB URL: expected http://host:port or https://host/prefix")
         return value.rstrip("/")
+
+    @field_validator("tsdb_write_url")
+    @classmethod
+    def _check_tsdb_write_url(cls, value: str) -> str:
+        if value and not _REMOTE_WRITE_URL.fullmatch(value):
+            raise ValueError("not a remote-write URL: expected http(s)://host[:port]/path")
+        return value
 
     @field_validator("remote_write_url")
     @classmethod

@@ -8,11 +8,15 @@
 - ``strategies``: Bayesian optimization, an adaptive bandit, random and grid search behind one
   stateless ``ask(history)`` interface;
 - ``memory``: the GPU memory model (peak = fixed + per-sample x batch) and the batch bound it
-  gives, passed to a strategy as predicted out-of-memory observations.
+  gives, passed to a strategy as predicted out-of-memory observations;
+- ``diagnosis``: where a job's step time goes and what bounds it, which ranks lag (the rules,
+  imported by name, not re-exported here).
 
 The I/O side is in modules this package does not import: ``service`` (studies and trials in
 the store), ``readings`` (measurements from the time-series store), ``loop`` (one reconcile
-pass of the tuning loop) and ``tasks`` (its periodic task). See docs/tuner.md.
+pass of the tuning loop), ``tasks`` (its periodic task), ``diagnosis_reading`` and
+``diagnosis_series`` (a job's diagnosis from its series, and the gauges the periodic pass
+writes of it). See docs/tuner.md and docs/diagnosis.md.
 """
 
 from tuner.measurement import (

@@ -6,6 +6,7 @@ report observed config; desired config is written by members and admins only.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
@@ -17,10 +18,14 @@ from api.deps import (
     CurrentToken,
     PageDep,
     ProjectDep,
+    RuntimeDep,
     SessionDep,
     require_member,
 )
+from api.query_params import duration_param, time_param
+from api.read_limits import ClientWatchDep, bounded_read
 from api.schemas.common import ErrorOut, Page
+from api.schemas.diagnosis import DiagnosisOut
 from api.schemas.jobs import (
     ConfigVersionOut,
     DesiredConfigIn,
@@ -34,6 +39,8 @@ from tuneloop import accounts, job_configs, jobs
 from tuneloop.errors import InvalidInput
 from tuneloop.jobs import JobStatus
 from tuneloop.storage.models import Job
+from tuneloop.storage.types import utcnow
+from tuner.diagnosis_reading import job_diagnosis
 
 router = APIRouter(
     prefix=f"{API_PREFIX}/projects/{{project}}/jobs", tags=["jobs"], responses=AUTH_ERRORS
@@ -182,3 +189,32 @@ def read_config(job: JobDep, session: SessionDep, response: Response) -> JobConf
         observed=ConfigVersionOut.model_validate(now.observed) if now.observed else None,
         in_sync=now.in_sync,
     )
+
+
+MAX_DIAGNOSIS_WINDOW_S = 86_400
+"""A day of step timings at most: a diagnosis is about how a job runs now."""
+
+
+@router.get(
+    "/{job}/diagnosis",
+    summary="Where the job's step time goes, what bounds it, which ranks lag",
+    responses={400: {"model": ErrorOut}},
+)
+def read_diagnosis(
+    job: JobDep,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    client: ClientWatchDep,
+    window: Annotated[str, Query(description="Window length, e.g. 5m, 300")] = "5m",
+    end: Annotated[str | None, Query(description="Window end (RFC 3339 or Unix); now")] = None,
+) -> DiagnosisOut:
+    """Phase shares, a verdict with its evidence, stragglers, and the ranks whose timings were
+    left out as impossible (docs/diagnosis.md). A job without step timings: ``no_data``."""
+    window_s = duration_param(window, "window")
+    if not 0 < window_s <= MAX_DIAGNOSIS_WINDOW_S:
+        raise InvalidInput(f"window must be between 1s and {MAX_DIAGNOSIS_WINDOW_S}s")
+    until = utcnow() if end is None else time_param(end, "end")
+    span = timedelta(seconds=window_s)
+    with bounded_read(session, client) as connection:
+        found = job_diagnosis(runtime.series(connection), connection, job, end=until, window=span)
+    return DiagnosisOut.of(job.name, until - span, until, found)

@@ -73,6 +73,16 @@ def job() -> Board:
     )
     board.add(
         "timeseries",
+        "Step time by phase (diagnosis)",
+        "The share of the job's step in each phase, as the job's diagnosis finds it over its "
+        "window (tuneloop_job_phase_share, docs/diagnosis.md), stacked: the gap up to 100% is "
+        "time outside every phase; over 100%, phases overlap.",
+        grouped_sql("tuneloop_job_phase_share", "labels->>'phase'", JOB_FILTER, "avg(avg)"),
+        unit="percentunit",
+        stacked=True,
+    )
+    board.add(
+        "timeseries",
         "Samples per second (all ranks)",
         "Training throughput: the samples per second of all ranks together.",
         grouped_sql("tuneloop_samples_per_second", "'samples/s'", JOB_FILTER, "sum(avg)"),

@@ -53,9 +53,9 @@ def test_check_and_load(cli: CliRunner, tmp_path: Path, database_file: str) -> N
 
     loaded = cli.invoke(app, ["alerts", "load", str(good), "--pack"])
     assert loaded.exit_code == 0, loaded.stderr
-    assert "1 created" in loaded.stdout and "19 created" in loaded.stdout
+    assert "1 created" in loaded.stdout and "21 created" in loaded.stdout
     again = cli.invoke(app, ["alerts", "load", "--pack"])
-    assert "0 created, 0 updated, 19 unchanged, 0 deleted" in again.stdout
+    assert "0 created, 0 updated, 21 unchanged, 0 deleted" in again.stdout
     failed = cli.invoke(app, ["alerts", "load", str(bad)])
     assert failed.exit_code == 1
 
@@ -64,7 +64,7 @@ def test_check_and_load(cli: CliRunner, tmp_path: Path, database_file: str) -> N
         names = set(connection.execute(select(AlertRule.name)).scalars())
         inhibitions = connection.execute(select(AlertInhibition.origin)).scalars().all()
     engine.dispose()
-    assert {"Hot", "GpuXidError", "GpuNodeDown"} <= names and len(names) == 20
+    assert {"Hot", "GpuXidError", "GpuNodeDown"} <= names and len(names) == 22
     assert inhibitions == ["pack:gpu-fleet"]
 
 
@@ -78,5 +78,5 @@ def test_load_links_runbooks_at_the_configured_base(cli: CliRunner, database_fil
     with engine.connect() as connection:
         rows = connection.execute(select(AlertRule.name, AlertRule.annotations)).all()
     engine.dispose()
-    assert len(rows) == 19
+    assert len(rows) == 21
     assert all(annotations["runbook_url"] == f"{base}#{name.lower()}" for name, annotations in rows)

@@ -39,6 +39,8 @@ COVERED = {
     "step-time regression": "StepTimeRegression",
     "P99 SLO breach": "InferenceP99SloBreach",
     "data-loader stall": "DataLoaderStall",
+    "input-bound job": "JobInputBound",
+    "straggler rank": "JobStraggler",
     "collector silent": "GpuNodeDown",
     "job silent": "JobSilent",
 }

@@ -113,6 +113,7 @@ ROLE_NEEDED: Final[dict[Operation, Role]] = {
     ("PUT", f"{JOB}/config"): "member",
     ("POST", f"{JOB}/config/observed"): "agent",
     ("GET", f"{JOB}/config"): "agent",
+    ("GET", f"{JOB}/diagnosis"): "agent",
     ("POST", f"{JOB}/studies"): "member",
     ("GET", f"{JOB}/studies"): "agent",
     ("GET", STUDY): "agent",

@@ -261,7 +261,7 @@ def test_loaded_rules_link_runbooks_at_the_configured_base(runtime: Runtime) -> 
         assert loaded.status_code == 200, loaded.text
         rules = client.get(f"{BASE}/rules", headers=member).json()
     items = [item["rule"] for item in rules["items"]]
-    assert len(items) == 19
+    assert len(items) == 21
     assert all(
         rule["annotations"]["runbook_url"] == f"{base}#{rule['name'].lower()}" for rule in items
     )

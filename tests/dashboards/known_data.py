@@ -106,6 +106,8 @@ CONSTANT_GPU_GAUGES = {
 RANKS = {"0": (0.5, 100.0), "1": (0.7, 120.0)}
 """rank -> (step seconds, samples per second) of job ``llama``."""
 PHASES = {"forward": 0.2, "backward": 0.3}
+SHARES = {"forward": 0.35, "backward": 0.5}
+"""phase -> share of the step, as job ``llama``'s diagnosis writes it."""
 NETWORK_BYTES_PER_S = 1000.0
 
 
@@ -165,6 +167,11 @@ def job_batches() -> list[SeriesBatch]:
                     [value] * len(stamps),
                 )
             )
+    for phase, share in SHARES.items():
+        labels = {"job": "llama", "phase": phase}
+        batches.append(
+            SeriesBatch("tuneloop_job_phase_share", labels, stamps, [share] * len(stamps))
+        )
     return batches
 
 

@@ -247,6 +247,11 @@ def test_job_panels(store: Engine) -> None:
     assert phases == {
         phase: [(h, pytest.approx(v)) for h in HOURS] for phase, v in kd.PHASES.items()
     }
+    shares = panel("job", "Step time by phase (diagnosis)")
+    assert shares["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
+    assert series(run(store, shares["targets"][0]["rawSql"])[1]) == {
+        phase: [(h, pytest.approx(v)) for h in HOURS] for phase, v in kd.SHARES.items()
+    }
     throughput = panel("job", "Samples per second (all ranks)")["targets"][0]["rawSql"]
     assert series(run(store, throughput)[1]) == {
         "samples/s": [(h, pytest.approx(220.0)) for h in HOURS]

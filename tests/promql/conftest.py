@@ -20,6 +20,7 @@ from api.main import create_app
 from tests.conftest import reset_postgres
 from tests.helpers import promtool
 from tests.peers import flush_victoria_metrics, running_prometheus, running_victoria_metrics
+from tests.promql import incidents
 from tests.promql.data import GenSeries, generate, write_openmetrics
 from tuneloop import accounts
 from tuneloop.runtime import Runtime
@@ -34,7 +35,7 @@ from tuneloop.storage.timeseries.writer import SampleWriter
 
 @pytest.fixture(scope="session")
 def promql_data() -> list[GenSeries]:
-    return generate()
+    return [*generate(), *incidents.generate()]
 
 
 @pytest.fixture(scope="session")

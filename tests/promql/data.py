@@ -39,7 +39,7 @@ class GenSeries:
     values: list[float]
 
 
-def _times(first: int = 0, last: int = POINTS) -> list[int]:
+def sample_times(first: int = 0, last: int = POINTS) -> list[int]:
     return [T0_S * 1000 + OFFSET_MS + i * INTERVAL_MS for i in range(first, last)]
 
 
@@ -83,7 +83,7 @@ def generate() -> list[GenSeries]:
     for index, labels in enumerate(_gpus()):
         # One GPU stops reporting at 40 min: lookback and gaps.
         last = 160 if index == 3 else POINTS
-        times = _times(0, last)
+        times = sample_times(0, last)
         n = len(times)
         util = [
             round(min(100.0, max(0.0, 50 + 40 * math.sin(i / 17 + index) + rng.gauss(0, 8))), 3)
@@ -119,7 +119,7 @@ def generate() -> list[GenSeries]:
                 "dcgm_node_info",
                 {"Hostname": host, "driver": driver},
                 False,
-                _times(),
+                sample_times(),
                 [1.0] * POINTS,
             )
         )
@@ -144,7 +144,7 @@ def _recorded(rng: random.Random) -> list[GenSeries]:
     (``Hostname``, the scrape's ``job`` and ``instance``): gauges wander around the recorded
     value, counters grow from it. A second host, gpu-node-18, has the same series."""
     out: list[GenSeries] = []
-    times = _times()
+    times = sample_times()
     for host in ("gpu-node-17", "gpu-node-18"):
         dcgm = {"job": "dcgm-exporter", "instance": f"{host}:9400", "Hostname": host}
         for metric, labels, value, counter in _scrape(FIXTURES / "dcgm-exporter-metrics.txt"):
@@ -202,7 +202,7 @@ def _walk(rng: random.Random, value: float, counter: bool) -> list[float]:
 
 def _step_timing(rng: random.Random) -> list[GenSeries]:
     out: list[GenSeries] = []
-    times = _times()
+    times = sample_times()
     for job, base in (("llm-pretrain", 0.42), ("vision-ft", 0.11)):
         for rank in ("0", "1", "2"):
             labels = {"job": job, "rank": rank}

@@ -200,11 +200,11 @@ def test_too_many_samples_are_refused_before_any_is_read(
         return real_read(*args, **kwargs)
 
     monkeypatch.setattr(raw, "read", counted_read)
-    # 16 GPUs x 20 samples in 5 minutes: within the limit.
+    # 31 GPUs and MIG instances x 20 samples in 5 minutes: within the limit.
     params = {"query": f"rate({UTIL}[5m])", "time": str(T0_S + 1200)}
     assert _data(tuneloop_api.get("/api/v1/query", params))["result"]
     assert len(reads) == 1
-    # 16 GPUs x 80 samples in 20 minutes: more than 1000, refused before a read.
+    # 31 x 80 samples in 20 minutes: more than 1000, refused before a read.
     params = {"query": f"sum(rate({UTIL}[20m])) + sum({UTIL})", "time": str(T0_S + 1500)}
     error = _error(tuneloop_api.get("/api/v1/query", params), 422, "execution")
     assert "too many samples" in error and str(max_samples) in error

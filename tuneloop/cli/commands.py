@@ -5,5 +5,6 @@ from tuneloop.cli import tokens as tokens  # token, project (re-export form: iso
 from tuneloop.cli.alerts import alerts_app as alerts_app  # tuneloop alerts check|load
 from tuneloop.cli.db import db_app as db_app  # tuneloop db upgrade|downgrade|current|check
 from tuneloop.cli.demo import demo as demo  # tuneloop demo
+from tuneloop.cli.jobs import job_app as job_app  # tuneloop job diagnose
 from tuneloop.cli.studies import study_app as study_app  # tuneloop study list|show
 from tuneloop.cli.worker import worker as worker  # tuneloop worker, tuneloop beat

@@ -69,7 +69,11 @@ def _tokens(env: Mapping[str, str]) -> tuple[str, str]:
     from tuneloop.storage import session_scope
     from tuneloop.storage.migrate import upgrade
 
-    settings = Settings(data_dir=Path(env["TUNELOOP_DATA_DIR"]), database_url="", redis_url=None)
+    settings = Settings(
+        data_dir=Path(env["TUNELOOP_DATA_DIR"]),
+        database_url=env.get("TUNELOOP_DATABASE_URL", ""),
+        redis_url=None,
+    )
     upgrade(settings.resolved_database_url)
     runtime = Runtime.open(settings)
     try:
@@ -84,7 +88,11 @@ def _tokens(env: Mapping[str, str]) -> tuple[str, str]:
 
 
 @contextmanager
-def control_plane(workdir: Path, say: Say) -> Iterator[ControlPlane]:
+def control_plane(
+    workdir: Path, say: Say, settings: Mapping[str, str] | None = None
+) -> Iterator[ControlPlane]:
+    """``tuneloop up`` on a SQLite store in ``workdir``; ``settings`` (``TUNELOOP_*``) override
+    the demo's own, e.g. a PostgreSQL database and a TSDB for the series."""
     port = free_port()
     env = {
         k: v for k, v in os.environ.items() if not k.startswith("TUNELOOP_")
@@ -99,6 +107,7 @@ def control_plane(workdir: Path, say: Say) -> Iterator[ControlPlane]:
         TUNELOOP_ACTUATOR_INTERVAL_S="0.5",
         TUNELOOP_LOG_LEVEL="warning",
     )
+    env.update(settings or {})
     member, agent = _tokens(env)
     log = (workdir / "control-plane.log").open("wb")
     process = subprocess.Popen(
@@ -116,7 +125,12 @@ def control_plane(workdir: Path, say: Say) -> Iterator[ControlPlane]:
                 return False
 
         until(healthy, 60, "the control plane to answer /healthz")
-        say(f"control plane up at {url} (SQLite store in {workdir / 'store'})")
+        store = (
+            "database of TUNELOOP_DATABASE_URL"
+            if env.get("TUNELOOP_DATABASE_URL")
+            else f"SQLite store in {workdir / 'store'}"
+        )
+        say(f"control plane up at {url} ({store})")
         yield ControlPlane(url, member, agent, process)
     finally:
         if process.poll() is None:

@@ -77,6 +77,13 @@ def _step_study(study_id: int) -> None:
     step_study(runtime.sessions, study_id, runtime.remote_series)
 
 
+def _diagnose_jobs() -> None:
+    from tuner.diagnosis_series import run_diagnosis
+
+    runtime = task_runtime()
+    run_diagnosis(runtime.sessions, runtime.remote_series)
+
+
 def _reconcile_jobs() -> None:
     from actuators.tasks import run_reconcile
 
@@ -105,10 +112,20 @@ TUNER_FAN_OUT = FanOut(TUNER_STEP, _running_studies, _step_study)
 
 def periodic_tasks(settings: Settings) -> tuple[PeriodicTask, ...]:
     every = settings.maintenance_interval_s
+    # With series in a TSDB the store holds no samples: the TSDB keeps its own retention and
+    # aggregates, so the store's rollups and retention have nothing to do.
+    store_maintenance = (
+        ()
+        if settings.tsdb_url
+        else (
+            PeriodicTask("tuneloop.maintenance.rollups", maintenance.run_rollups, every),
+            PeriodicTask("tuneloop.maintenance.retention", maintenance.run_retention, every),
+        )
+    )
     return (
-        PeriodicTask("tuneloop.maintenance.rollups", maintenance.run_rollups, every),
-        PeriodicTask("tuneloop.maintenance.retention", maintenance.run_retention, every),
+        *store_maintenance,
         PeriodicTask.fanning_out(TUNER_DISPATCH, TUNER_FAN_OUT, settings.tuner_interval_s),
+        PeriodicTask("tuneloop.tuner.diagnose", _diagnose_jobs, settings.tuner_interval_s),
         PeriodicTask("tuneloop.alerts.evaluate", _evaluate_alerts, settings.alerts_eval_interval_s),
         PeriodicTask(
             "tuneloop.alerts.notify", _send_notifications, settings.alerts_notify_interval_s

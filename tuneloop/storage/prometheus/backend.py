@@ -42,13 +42,14 @@ Points = dict[tuple[tuple[str, str], ...], list[tuple[datetime, float]]]
 
 
 class PrometheusBackend:
-    """Series of every project in the TSDB at ``url`` (remote write at ``<url>/api/v1/write``,
-    the HTTP API at ``<url>/api/v1/...``)."""
+    """Series of every project in the TSDB at ``url`` (remote write at ``write_url``, default
+    ``<url>/api/v1/write``, the HTTP API at ``<url>/api/v1/...``)."""
 
     def __init__(
         self,
         url: str,
         *,
+        write_url: str | None = None,
         headers: Mapping[str, str] | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         project_label: str = queries.PROJECT_LABEL,
@@ -56,7 +57,7 @@ class PrometheusBackend:
     ) -> None:
         self.client = PrometheusClient(url, headers=headers, timeout_s=timeout_s)
         self.writer = RemoteWriter(
-            f"{self.client.url}/api/v1/write",
+            write_url or f"{self.client.url}/api/v1/write",
             headers=headers,
             timeout_s=timeout_s,
             project_label=project_label,

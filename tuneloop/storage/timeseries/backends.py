@@ -21,11 +21,12 @@ def open_remote_backend(settings: Settings) -> PrometheusBackend | None:
     """The configured TSDB, or ``None`` when series live in the database."""
     if not settings.tsdb_url:
         return None
-    headers = {}
+    headers = dict(settings.tsdb_headers)
     if settings.tsdb_bearer_token is not None:
         headers["Authorization"] = f"Bearer {settings.tsdb_bearer_token.get_secret_value()}"
     return PrometheusBackend(
         settings.tsdb_url,
+        write_url=settings.tsdb_write_url or None,
         headers=headers,
         timeout_s=settings.tsdb_timeout_s,
         project_label=settings.tsdb_project_label,

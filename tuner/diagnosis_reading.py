@@ -1,0 +1,220 @@
+"""The diagnosis of a job (:mod:`tuner.diagnosis`) from what is collected: its step timings
+(docs/step-timing.md), the DCGM activity of its GPUs, and the hosts and GPUs its agents
+registered per rank.
+
+Series are read through the time-series contract (``query_range`` per bucket), so the diagnosis
+reads the built-in store and a Prometheus-compatible TSDB alike; the registrations come from
+the database.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Final
+
+from sqlalchemy import Connection, Engine, select
+
+from tuneloop.step_timing import PHASE_DURATION, STEP_DURATION
+from tuneloop.storage.models import Job, JobGpu
+from tuneloop.storage.timeseries.backend import TimeSeriesBackend
+from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp, RangeSeries
+from tuner.diagnosis import Diagnosis, GpuActivity, RankTimings, diagnose
+from tuner.readings import JOB_LABEL, RANK_LABEL, UUID_LABEL, job_gpu_uuids
+
+Bind = Engine | Connection
+
+DEFAULT_WINDOW: Final = timedelta(minutes=5)
+BUCKETS: Final = 60
+"""Buckets per window: enough for the window estimate's batch means."""
+PHASE_LABEL: Final = "phase"
+GPU_UTIL_METRIC: Final = "DCGM_FI_DEV_GPU_UTIL"
+"""Percent of time a kernel ran (0-100)."""
+SM_ACTIVE_METRIC: Final = "DCGM_FI_PROF_SM_ACTIVE"
+DRAM_ACTIVE_METRIC: Final = "DCGM_FI_PROF_DRAM_ACTIVE"
+GPU_INDEX_LABEL: Final = "gpu"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RankPlace:
+    """Where a rank runs, as its agent registered it."""
+
+    host: str
+    gpu_uuids: tuple[str, ...]
+
+
+def job_diagnosis(
+    series: TimeSeriesBackend,
+    bind: Bind,
+    job: Job,
+    *,
+    end: datetime,
+    window: timedelta = DEFAULT_WINDOW,
+) -> Diagnosis:
+    """The diagnosis of ``job`` over ``[end - window, end)``."""
+    start = end - window
+    step_s = max(1, math.ceil(window.total_seconds() / BUCKETS))
+    ranks = rank_timings(series, job.project_id, job.name, start=start, end=end, step_s=step_s)
+    places = rank_places(bind, job.id)
+    uuids = job_gpu_uuids(job.labels, (u for p in places.values() for u in p.gpu_uuids))
+    gpu = gpu_activity(series, job.project_id, job.name, uuids, start=start, end=end)
+    found = diagnose(ranks, gpu)
+    if not found.stragglers:
+        return found
+    lagging = [u for lag in found.stragglers for u in _uuids(places.get(lag.rank))]
+    names = gpu_names(series, job.project_id, lagging)
+    placed = []
+    for lag in found.stragglers:
+        place = places.get(lag.rank)
+        if place is None:
+            placed.append(lag)
+            continue
+        gpus = tuple(names.get(u, u) for u in place.gpu_uuids)
+        placed.append(dataclasses.replace(lag, host=place.host, gpus=gpus))
+    return dataclasses.replace(found, stragglers=tuple(placed))
+
+
+def rank_timings(
+    series: TimeSeriesBackend,
+    project_id: int,
+    job_name: str,
+    *,
+    start: datetime,
+    end: datetime,
+    step_s: int,
+) -> list[RankTimings]:
+    """Each rank's per-bucket mean step and phase times in ``[start, end)``, and its lowest."""
+    matchers = [Matcher(JOB_LABEL, MatchOp.EQ, job_name)]
+
+    def read(metric: str, aggregation: Aggregation, step: int) -> list[RangeSeries]:
+        return series.query_range(
+            project_id, metric, matchers, start=start, end=end, step_s=step, aggregation=aggregation
+        )
+
+    steps: dict[str, dict[float, float]] = {}
+    phases: dict[str, dict[str, dict[float, float]]] = defaultdict(dict)
+    lowest: dict[str, float] = {}
+    for one in read(STEP_DURATION, Aggregation.AVG, step_s):
+        steps[_rank(one)] = _points(one)
+    for one in read(PHASE_DURATION, Aggregation.AVG, step_s):
+        phase = one.series.labels.get(PHASE_LABEL, "")
+        phases[_rank(one)][phase] = _points(one)
+    whole = max(1, math.ceil((end - start).total_seconds()))
+    for metric in (STEP_DURATION, PHASE_DURATION):
+        for one in read(metric, Aggregation.MIN, whole):
+            values = [v for _, v in one.points if math.isfinite(v)]
+            if values:
+                rank = _rank(one)
+                lowest[rank] = min(lowest.get(rank, math.inf), *values)
+    names = sorted(steps.keys() | phases.keys(), key=_rank_order)
+    return [
+        RankTimings(rank, steps.get(rank, {}), phases.get(rank, {}), lowest.get(rank))
+        for rank in names
+    ]
+
+
+def rank_places(bind: Bind, job_id: int) -> dict[str, RankPlace]:
+    """The host and GPU UUIDs each rank of the job registered (the latest registration wins)."""
+    query = select(JobGpu.rank, JobGpu.host, JobGpu.gpu_uuid).where(JobGpu.job_id == job_id)
+    if isinstance(bind, Engine):
+        with bind.connect() as connection:
+            rows = connection.execute(query.order_by(JobGpu.id)).all()
+    else:
+        rows = bind.execute(query.order_by(JobGpu.id)).all()
+    hosts: dict[str, str] = {}
+    gpus: dict[str, list[str]] = defaultdict(list)
+    for rank, host, uuid in rows:
+        hosts[str(rank)] = host
+        if uuid not in gpus[str(rank)]:
+            gpus[str(rank)].append(uuid)
+    return {rank: RankPlace(host, tuple(gpus[rank])) for rank, host in hosts.items()}
+
+
+def gpu_activity(
+    series: TimeSeriesBackend,
+    project_id: int,
+    job_name: str,
+    gpu_uuids: Iterable[str],
+    *,
+    start: datetime,
+    end: datetime,
+) -> GpuActivity | None:
+    """Mean DCGM activity of the job's GPUs (those labelled with the job, or listed by UUID) in
+    ``[start, end)``, or ``None`` when DCGM reports none of it."""
+    means: dict[str, float] = {}
+    for metric in (GPU_UTIL_METRIC, SM_ACTIVE_METRIC, DRAM_ACTIVE_METRIC):
+        found = _job_gpu_series(series, project_id, metric, job_name, gpu_uuids, start, end)
+        values = [v for one in found for _, v in one.points if math.isfinite(v)]
+        if values:
+            means[metric] = sum(values) / len(values)
+    if not means:
+        return None
+    util = means.get(GPU_UTIL_METRIC)
+    return GpuActivity(
+        utilization=None if util is None else util / 100.0,
+        sm_active=means.get(SM_ACTIVE_METRIC),
+        dram_active=means.get(DRAM_ACTIVE_METRIC),
+        metrics=tuple(sorted(means)),
+    )
+
+
+def gpu_names(
+    series: TimeSeriesBackend,
+    project_id: int,
+    gpu_uuids: Iterable[str],
+) -> dict[str, str]:
+    """``UUID -> index`` (DCGM's ``gpu`` label) for the GPUs whose DCGM series name it."""
+    names: dict[str, str] = {}
+    for uuid in gpu_uuids:
+        for metric in (GPU_UTIL_METRIC, SM_ACTIVE_METRIC, DRAM_ACTIVE_METRIC):
+            found = series.find_series(project_id, metric, [Matcher(UUID_LABEL, MatchOp.EQ, uuid)])
+            if found and GPU_INDEX_LABEL in found[0].labels:
+                names[uuid] = found[0].labels[GPU_INDEX_LABEL]
+                break
+    return names
+
+
+def _job_gpu_series(
+    series: TimeSeriesBackend,
+    project_id: int,
+    metric: str,
+    job_name: str,
+    gpu_uuids: Iterable[str],
+    start: datetime,
+    end: datetime,
+) -> list[RangeSeries]:
+    selectors = [[Matcher(JOB_LABEL, MatchOp.EQ, job_name)]]
+    selectors += [[Matcher(UUID_LABEL, MatchOp.EQ, uuid)] for uuid in gpu_uuids]
+    whole = max(1, math.ceil((end - start).total_seconds()))
+    found: dict[int, RangeSeries] = {}
+    for matchers in selectors:
+        for one in series.query_range(
+            project_id,
+            metric,
+            matchers,
+            start=start,
+            end=end,
+            step_s=whole,
+            aggregation=Aggregation.AVG,
+        ):
+            found[one.series.id] = one  # a GPU matched by label and UUID counts once
+    return list(found.values())
+
+
+def _uuids(place: RankPlace | None) -> tuple[str, ...]:
+    return () if place is None else place.gpu_uuids
+
+
+def _rank(one: RangeSeries) -> str:
+    return one.series.labels.get(RANK_LABEL, "0")
+
+
+def _rank_order(rank: str) -> tuple[int, str]:
+    return (int(rank), "") if rank.isdigit() else (1 << 30, rank)
+
+
+def _points(one: RangeSeries) -> dict[float, float]:
+    return {t.timestamp(): v for t, v in one.points if math.isfinite(v)}
