@@ -189,8 +189,8 @@ def series(
     start: str | None,
     end: str | None,
 ) -> list[dict[str, str]]:
-    """In the store, the series with a sample in ``[start, end]``; in a TSDB, those it holds
-    for the project (its series look-up covers the last day, see the contract)."""
+    """The series with a sample in ``[start, end]`` (in a TSDB without ``start``: in its
+    default lookback, see the contract)."""
     if not match:
         raise PromQLError("no match[] parameter provided")
     low, high = _range(start, end)
@@ -206,7 +206,7 @@ def series(
     seen: dict[int, dict[str, str]] = {}
     for matchers in _selectors(match):
         for info in remote.find_series(
-            project_id, None, matchers, max_series=MAX_SERIES_PER_RESPONSE
+            project_id, None, matchers, max_series=MAX_SERIES_PER_RESPONSE, start=low, end=high
         ):
             seen[info.id] = {METRIC_LABEL: info.metric, **info.labels}
         if len(seen) > MAX_SERIES_PER_RESPONSE:

@@ -99,3 +99,9 @@ def test_the_variables_list_what_prometheus_lists(
         assert _label_values(ours, label) == _label_values(theirs, label)
         values = _ours(tuneloop_api, f"/api/v1/label/{label}/values", params)
         assert values == prom_api(prometheus_url, f"/api/v1/label/{label}/values", params)
+
+
+def test_the_variables_list_what_prometheus_lists_with_series_in_a_tsdb(
+    tsdb_api: Tuneloop, prometheus_url: str
+) -> None:
+    test_the_variables_list_what_prometheus_lists(tsdb_api, prometheus_url)

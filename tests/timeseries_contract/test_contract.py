@@ -89,6 +89,13 @@ def test_find_series_names_labels_and_kinds(subject: Subject) -> None:
     assert again[0].id in ids
 
 
+def test_find_series_over_a_time_range(subject: Subject) -> None:
+    write_fleet(subject)
+    span = {"start": T0 - timedelta(minutes=1), "end": T0 + timedelta(minutes=1)}
+    found = subject.backend.find_series(subject.project, GAUGE, [eq("host", "a")], **span)
+    assert sorted(s.labels["gpu"] for s in found) == ["0", "1"]
+
+
 def test_label_names_and_values(subject: Subject) -> None:
     write_fleet(subject)
     backend, project = subject.backend, subject.project

@@ -128,10 +128,12 @@ class PrometheusBackend:
         matchers: Sequence[Matcher] = (),
         *,
         max_series: int | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
     ) -> list[SeriesInfo]:
-        """Series with samples in the last :data:`~queries.DEFAULT_LOOKBACK_S` (a TSDB
-        forgets series only with their samples)."""
-        return self._series(project_id, metric, matchers, None, None, max_series)
+        """Series with samples in ``[start, end]``; without ``start``, in the last
+        :data:`~queries.DEFAULT_LOOKBACK_S` (a TSDB forgets series only with their samples)."""
+        return self._series(project_id, metric, matchers, start, end, max_series)
 
     def _series(
         self,

@@ -83,8 +83,12 @@ class TimeSeriesBackend(Protocol):
         matchers: Sequence[Matcher] = (),
         *,
         max_series: int | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
     ) -> list[SeriesInfo]:
-        """Series named ``metric`` (any if ``None``) matching every matcher, by metric then id."""
+        """Series named ``metric`` (any if ``None``) matching every matcher, by metric then id;
+        ``start``/``end`` as for :meth:`label_names`: a TSDB lists the series with samples
+        then (without ``start``, in its default lookback), the store every series it keeps."""
         ...
 
     def label_names(

@@ -50,7 +50,10 @@ class StoreBackend:
         matchers: Sequence[Matcher] = (),
         *,
         max_series: int | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
     ) -> list[SeriesInfo]:
+        """From the series index, as :meth:`label_names`: ``start``/``end`` do not narrow."""
         return query.find_series(self.bind, project_id, metric, matchers, max_series=max_series)
 
     def label_names(
