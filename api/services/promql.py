@@ -1,5 +1,6 @@
-"""The Prometheus HTTP API over one project's store: PromQL queries (:mod:`tuneloop.promql`),
-series, label names and values, shaped as Prometheus answers them (``data`` of its envelope).
+"""The Prometheus HTTP API over one project's series, in the store or the TSDB: PromQL queries
+(:mod:`tuneloop.promql`), series, label names and values, shaped as Prometheus answers them
+(``data`` of its envelope).
 
 Parameters arrive as text, as Prometheus takes them (times as RFC 3339 or Unix seconds, steps
 and timeouts as seconds or durations); what is wrong with them is a :class:`PromQLError`,
