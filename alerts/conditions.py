@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from alerts.rules import ALERTNAME, SEVERITY, Combine, RuleDefinition, RuleKind
+from alerts.rules import ALERTNAME, SEVERITY, Combine, RuleDefinition
 from alerts.templates import render
 from tuneloop.storage.timeseries.types import Matcher, MatchOp, fingerprint
 
@@ -123,7 +123,7 @@ def active_alerts(rule: RuleDefinition, samples: Iterable[Sample]) -> list[Activ
     """The rule's alerts whose condition holds, from its (combined) samples."""
     out: dict[str, Active] = {}
     for sample in samples:
-        if rule.kind is not RuleKind.ABSENT and not rule.compare(sample.value):
+        if rule.op is not None and not rule.compare(sample.value):
             continue
         labels = alert_labels(rule, sample.labels, sample.value)
         key = alert_fingerprint(labels)

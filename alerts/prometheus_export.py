@@ -81,8 +81,11 @@ def _rule(rule: RuleDefinition) -> dict[str, Any]:
 
 
 def promql(rule: RuleDefinition) -> str:
-    """The PromQL expression of ``rule``."""
+    """The PromQL expression of ``rule`` (a ``promql`` rule's own)."""
+    if rule.expr is not None:
+        return rule.expr
     query = rule.query
+    assert query is not None
     selector = _selector(query.metric, query.match)
     by = query.by
     if rule.kind is RuleKind.ABSENT:

@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from alerts.conditions import Sample, Seen, absent_groups, combine, ratios
-from alerts.rules import RuleDefinition, RuleKind, UnlessSpec
+from alerts.promql_rule import evaluate as evaluate_promql
+from alerts.rules import QuerySpec, RuleDefinition, RuleKind, UnlessSpec
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuneloop.storage.timeseries.types import Aggregation, RangeSeries
 
@@ -36,11 +37,18 @@ def evaluate_samples(
     """The rule's values at ``now``: per series, or per ``by`` group once combined. For an
     ``absent`` rule, the silent groups (value: seconds of silence). Samples whose
     ``matching`` labels match a series of the rule's ``unless`` are left out."""
-    found = _samples(series, project_id, rule, now)
-    unless = rule.query.unless
+    if rule.expr is not None:
+        return [
+            Sample(labels, value)
+            for labels, value in evaluate_promql(series, project_id, rule.expr, now)
+        ]
+    query = rule.query
+    assert query is not None
+    found = _samples(series, project_id, rule, query, now)
+    unless = query.unless
     if unless is None or not found:
         return found
-    start = now - timedelta(seconds=rule.query.window_s)
+    start = now - timedelta(seconds=query.window_s)
     silencing = _silencing_keys(series, project_id, unless, start, now + _EPSILON)
     return [sample for sample in found if _on_key(sample.labels, unless.matching) not in silencing]
 
@@ -74,9 +82,12 @@ def _on_key(labels: Mapping[str, str], on: Sequence[str]) -> tuple[str, ...]:
 
 
 def _samples(
-    series: TimeSeriesBackend, project_id: int, rule: RuleDefinition, now: datetime
+    series: TimeSeriesBackend,
+    project_id: int,
+    rule: RuleDefinition,
+    query: QuerySpec,
+    now: datetime,
 ) -> list[Sample]:
-    query = rule.query
     window = timedelta(seconds=query.window_s)
     if rule.kind is RuleKind.ABSENT:
         seen = series.latest(
@@ -104,13 +115,13 @@ def _samples(
         )
         return combine(per_series, query.by, rule.combine)
     if rule.kind is RuleKind.REGRESSION:
-        recent = _window_values(series, project_id, rule, now - window, now + _EPSILON)
+        recent = _window_values(series, project_id, query, now - window, now + _EPSILON)
         baseline_start = now - window - timedelta(seconds=query.baseline_s)
-        baseline = _window_values(series, project_id, rule, baseline_start, now - window)
+        baseline = _window_values(series, project_id, query, baseline_start, now - window)
         by, how = query.by, rule.combine
         return ratios(combine(recent, by, how), combine(baseline, by, how))
     return combine(
-        _window_values(series, project_id, rule, now - window, now + _EPSILON),
+        _window_values(series, project_id, query, now - window, now + _EPSILON),
         query.by,
         rule.combine,
     )
@@ -119,11 +130,10 @@ def _samples(
 def _window_values(
     series: TimeSeriesBackend,
     project_id: int,
-    rule: RuleDefinition,
+    query: QuerySpec,
     start: datetime,
     end: datetime,
 ) -> list[Sample]:
-    query = rule.query
     if query.aggregation == "histogram_quantile":
         assert query.q is not None
         groups = series.histogram_quantile(

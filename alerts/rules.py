@@ -24,6 +24,11 @@ With ``by``, per-series values are combined per group (``combine``: ``max`` by d
 ``histogram_quantile`` with ``by`` adds the buckets of each group up first, as PromQL's
 ``histogram_quantile(q, sum by (job, le) (rate(x_bucket[w])))``.
 
+``promql``
+    ``expr``, a PromQL expression (alerts.promql_rule): each series it gives at evaluation
+    time is an alert, as in a Prometheus alerting rule; it takes no ``query``, ``op`` or
+    ``threshold`` (the condition is in the expression).
+
 ``unless`` (PromQL's ``unless on (...)``) drops the alerts whose ``matching`` labels equal
 those of a series of another metric in the same window: with ``op`` and ``threshold``, one
 whose aggregated value passes the comparison; without, any that reported.
@@ -41,6 +46,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from alerts import runbooks
+from alerts.promql_rule import check_expr
 from alerts.templates import TemplateError, check_template
 from tuneloop.errors import InvalidInput
 from tuneloop.storage.timeseries.matchers import parse_matcher
@@ -61,6 +67,7 @@ class RuleKind(StrEnum):
     RATE = "rate"
     ABSENT = "absent"
     REGRESSION = "regression"
+    PROMQL = "promql"
 
 
 class Severity(StrEnum):
@@ -219,7 +226,8 @@ class RuleDefinition(BaseModel):
 
     name: str
     kind: RuleKind
-    query: QuerySpec
+    query: QuerySpec | None = None
+    expr: str | None = None
     op: Comparison | None = None
     threshold: float | None = None
     for_: Annotated[str, Field(alias="for")] = "0s"
@@ -236,6 +244,11 @@ class RuleDefinition(BaseModel):
                 f"invalid rule name {value!r}: letters, digits and '_', not starting with a digit"
             )
         return value
+
+    @field_validator("expr")
+    @classmethod
+    def _expr(cls, value: str | None) -> str | None:
+        return None if value is None else check_expr(value)
 
     @field_validator("for_")
     @classmethod
@@ -268,7 +281,15 @@ class RuleDefinition(BaseModel):
 
     @model_validator(mode="after")
     def _shape(self) -> RuleDefinition:
+        if self.kind is RuleKind.PROMQL:
+            if self.expr is None or self.query is not None:
+                raise ValueError("a promql rule needs expr and takes no query")
+            if self.op is not None or self.threshold is not None:
+                raise ValueError("a promql rule takes no op or threshold: compare in expr")
+            return self
         query = self.query
+        if query is None or self.expr is not None:
+            raise ValueError(f"a {self.kind.value} rule needs query and takes no expr")
         compares = self.kind is not RuleKind.ABSENT
         if compares and (self.op is None or self.threshold is None):
             raise ValueError(f"a {self.kind.value} rule needs op and threshold")
@@ -295,6 +316,8 @@ class RuleDefinition(BaseModel):
 
     def spec(self) -> dict[str, Any]:
         """What the store keeps in ``alert_rules.spec``."""
+        if self.query is None:
+            return {"expr": self.expr}
         return {
             "query": self.query.model_dump(exclude_defaults=True),
             "op": self.op,
@@ -307,7 +330,7 @@ class RuleDefinition(BaseModel):
 
     @property
     def combine(self) -> Combine:
-        if self.query.combine is not None:
+        if self.query is not None and self.query.combine is not None:
             return self.query.combine
         if self.kind is RuleKind.RATE:
             return "sum"
@@ -330,7 +353,8 @@ def from_stored(
         {
             "name": name,
             "kind": kind,
-            "query": spec["query"],
+            "query": spec.get("query"),
+            "expr": spec.get("expr"),
             "op": spec.get("op"),
             "threshold": spec.get("threshold"),
             "for": f"{int(for_s)}s",
@@ -356,7 +380,10 @@ MetricLookup = Callable[[str], MetricInfo | None]
 
 
 def check_metrics(rule: RuleDefinition, lookup: MetricLookup) -> None:
-    """Raise :class:`RuleError` if the rule's metric is unknown or of the wrong kind."""
+    """Raise :class:`RuleError` if the rule's metric is unknown or of the wrong kind (a
+    PromQL rule's selectors may name series still to come, as in Prometheus)."""
+    if rule.query is None:
+        return
     metric = rule.query.metric
     read = metric + "_bucket" if rule.query.aggregation == "histogram_quantile" else metric
     info = lookup(read)

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from actuators.autoscaler.policy import ScalePolicy, ScalePolicyError
 from tuneloop.errors import InvalidInput
+from tuneloop.promql import PromQLError, parse_instant
 from tuneloop.storage.timeseries.matchers import parse_matcher
 from tuneloop.storage.timeseries.types import Matcher
 from tuneloop.strict import refuse_unknown_keys
@@ -142,9 +143,12 @@ def policy_to_dict(policy: ScalePolicy) -> dict[str, Any]:
 
 
 def check_selector(what: str, data: Mapping[str, Any]) -> dict[str, Any]:
-    """A series selector as stored: ``{"metric": name, "match": [PromQL matcher, ...]}``."""
+    """A signal as stored: a series selector ``{"metric": name, "match": [PromQL matcher,
+    ...]}``, or a PromQL expression ``{"expr": "..."}`` (checked by the engine)."""
+    if isinstance(data, Mapping) and "expr" in data:
+        return _check_expr(what, data)
     if not isinstance(data, Mapping) or "metric" not in data:
-        raise SpecError(f"the {what} selector needs a metric name")
+        raise SpecError(f"the {what} selector needs a metric name (or a PromQL expr)")
     refuse_unknown_keys(data, ("metric", "match"), error=SpecError, where=f"the {what} selector")
     metric, match = data["metric"], data.get("match", [])
     if not isinstance(metric, str) or not 0 < len(metric) <= MAX_METRIC_LENGTH:
@@ -159,6 +163,20 @@ def check_selector(what: str, data: Mapping[str, Any]) -> dict[str, Any]:
         except ValueError as exc:
             raise SpecError(f"invalid {what} matcher: {exc}") from None
     return {"metric": metric, "match": list(match)}
+
+
+def _check_expr(what: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    if set(data) != {"expr"}:
+        others = ", ".join(sorted(str(key) for key in data if key != "expr"))
+        raise SpecError(f"the {what} expr stands alone: it takes no {others}")
+    text = data["expr"]
+    if not isinstance(text, str):
+        raise SpecError(f"the {what} expr must be a PromQL expression")
+    try:
+        parse_instant(text)
+    except PromQLError as exc:
+        raise SpecError(f"invalid {what} expr: {exc}") from None
+    return {"expr": text}
 
 
 def selector_parts(data: Mapping[str, Any]) -> tuple[str, tuple[Matcher, ...]]:

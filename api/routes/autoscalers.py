@@ -76,8 +76,8 @@ def _definition(body: AutoscalerUpdate) -> Definition:
         target_kind=body.target_kind,
         target=body.target,
         policy=body.policy,
-        p99=body.p99.model_dump() if body.p99 is not None else None,
-        queue=body.queue.model_dump() if body.queue is not None else None,
+        p99=body.p99.model_dump(exclude_defaults=True) if body.p99 is not None else None,
+        queue=body.queue.model_dump(exclude_defaults=True) if body.queue is not None else None,
         dry_run=body.dry_run,
         enabled=body.enabled,
     )

@@ -59,13 +59,6 @@ def _one(params: Params, name: str) -> str | None:
 
 
 def _project_id(token: CurrentToken, runtime: Runtime) -> int:
-    if runtime.remote_series is not None:
-        # The engine reads the built-in store, which holds no series when they live in the
-        # TSDB: an empty answer would look like no data.
-        raise ExecutionError(
-            "series live in the TSDB at TUNELOOP_TSDB_URL, not in tuneloop's store: query "
-            "that TSDB's own PromQL API (tuneloop's series carry the project label there)"
-        )
     if token.project_id is None:
         raise PermissionDenied(
             "an admin token belongs to no project: query with a project's token "
@@ -125,7 +118,7 @@ def instant_query(
         timeout = _timeout_s(params)
         with bounded_read(session, client) as connection:
             return service.instant_query(
-                service.StoreSource(connection, project_id),
+                service.source(connection, runtime.remote_series, project_id),
                 text,
                 at,
                 max_samples=get_settings().promql_max_samples,
@@ -158,7 +151,7 @@ def range_query(
         timeout = _timeout_s(params)
         with bounded_read(session, client) as connection:
             return service.range_query(
-                service.StoreSource(connection, project_id),
+                service.source(connection, runtime.remote_series, project_id),
                 text,
                 start,
                 end,
@@ -186,6 +179,7 @@ def series(
         with bounded_read(session, client) as connection:
             return service.series(
                 connection,
+                runtime.remote_series,
                 project_id,
                 params.get("match[]", []),
                 _one(params, "start"),
@@ -209,6 +203,7 @@ def labels(
         with bounded_read(session, client) as connection:
             return service.label_names(
                 connection,
+                runtime.remote_series,
                 project_id,
                 params.get("match[]", []),
                 _one(params, "start"),
@@ -232,6 +227,7 @@ def label_values(
         with bounded_read(session, client) as connection:
             return service.label_values(
                 connection,
+                runtime.remote_series,
                 project_id,
                 name,
                 params.get("match[]", []),
@@ -249,7 +245,7 @@ def metadata(
     def compute() -> Any:
         project_id = _project_id(token, runtime)
         with bounded_read(session, client) as connection:
-            return service.metadata(connection, project_id)
+            return service.metadata(connection, runtime.remote_series, project_id)
 
     return _answer(compute)
 
@@ -283,5 +279,5 @@ def query_exemplars(token: CurrentToken) -> JSONResponse:
 @router.get("/rules", summary="Recording and alerting rules: none here")
 def rules(token: CurrentToken) -> JSONResponse:
     # Grafana's alerting asks a Prometheus data source for its rules; tuneloop's alert rules
-    # live at /api/v1/projects/NAME/alerts/rules and are not PromQL.
+    # live at /api/v1/projects/NAME/alerts/rules, in their own shape.
     return JSONResponse({"status": "success", "data": {"groups": []}})

@@ -5,7 +5,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 
@@ -22,12 +28,24 @@ POLICY_DOC = (
 
 
 class SelectorIn(BaseModel):
-    """Series of this project: a metric name and PromQL label matchers, all of which hold."""
+    """Series of this project: a metric name and PromQL label matchers, all of which hold;
+    or, instead of both, a PromQL expression (``expr``) evaluated by tuneloop's engine."""
 
     model_config = ConfigDict(extra="forbid")
 
-    metric: str = Field(examples=["llm_request_latency_p99_seconds"])
+    metric: str | None = Field(default=None, examples=["llm_request_latency_p99_seconds"])
     match: list[str] = Field(default_factory=list, examples=[['service="llama"']])
+    expr: str | None = Field(
+        default=None,
+        examples=['max(llm_request_latency_p99_seconds{service="llama"})'],
+        description="A PromQL expression, instead of metric and match",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A selector shows what it is: metric and match, or expr, not the other's nulls.
+        out: dict[str, Any] = handler(self)
+        return {key: value for key, value in out.items() if value is not None}
 
 
 class AutoscalerUpdate(BaseModel):

@@ -1,5 +1,6 @@
-"""The Prometheus HTTP API over one project's store: PromQL queries (:mod:`tuneloop.promql`),
-series, label names and values, shaped as Prometheus answers them (``data`` of its envelope).
+"""The Prometheus HTTP API over one project's series, in the store or the TSDB: PromQL queries
+(:mod:`tuneloop.promql`), series, label names and values, shaped as Prometheus answers them
+(``data`` of its envelope).
 
 Parameters arrive as text, as Prometheus takes them (times as RFC 3339 or Unix seconds, steps
 and timeouts as seconds or durations); what is wrong with them is a :class:`PromQLError`,
@@ -21,7 +22,9 @@ from tuneloop import promql
 from tuneloop.promql.parse import matchers as selector_matchers
 from tuneloop.promql.values import PromQLError, Series
 from tuneloop.storage.timeseries import raw
-from tuneloop.storage.timeseries.raw import RawSeries
+from tuneloop.storage.timeseries.backend import TimeSeriesBackend
+from tuneloop.storage.timeseries.query import METRIC_LABEL, TooManySeries
+from tuneloop.storage.timeseries.store_backend import StoreBackend
 from tuneloop.storage.timeseries.times import parse_duration_ms, parse_time
 from tuneloop.storage.timeseries.types import Matcher
 from tuneloop.storage.types import to_micros
@@ -33,27 +36,13 @@ _NO_STEP: Final = (
 )
 
 
-class StoreSource:
-    """One project's samples, as the PromQL engine reads them."""
-
-    def __init__(self, connection: Connection, project_id: int) -> None:
-        self.connection = connection
-        self.project_id = project_id
-
-    def count(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int, limit: int) -> int:
-        return raw.count_samples(
-            self.connection, self.project_id, matchers, start_ms, end_ms, limit
-        )
-
-    def read(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[RawSeries]:
-        return raw.read(
-            self.connection,
-            self.project_id,
-            matchers,
-            start_ms,
-            end_ms,
-            max_series=MAX_SERIES_PER_RESPONSE,
-        )
+def source(
+    connection: Connection, remote: TimeSeriesBackend | None, project_id: int
+) -> promql.SampleSource:
+    """One project's samples: in the TSDB when one is configured, else in the store read
+    through ``connection`` (whose time limit bounds the query)."""
+    backend = remote if remote is not None else StoreBackend(connection)
+    return promql.BackendSource(backend, project_id, max_series=MAX_SERIES_PER_RESPONSE)
 
 
 # --------------------------------------------------------------------------- parameters
@@ -195,37 +184,57 @@ def _range(start: str | None, end: str | None) -> tuple[datetime | None, datetim
 
 def series(
     connection: Connection,
+    remote: TimeSeriesBackend | None,
     project_id: int,
     match: Sequence[str],
     start: str | None,
     end: str | None,
 ) -> list[dict[str, str]]:
+    """The series with a sample in ``[start, end]`` (in a TSDB without ``start``: in its
+    default lookback, see the contract)."""
     if not match:
         raise PromQLError("no match[] parameter provided")
     low, high = _range(start, end)
-    return raw.series_in_range(
-        connection,
-        project_id,
-        _selectors(match),
-        low,
-        high,
-        max_series=MAX_SERIES_PER_RESPONSE,
-    )
+    if remote is None:
+        return raw.series_in_range(
+            connection,
+            project_id,
+            _selectors(match),
+            low,
+            high,
+            max_series=MAX_SERIES_PER_RESPONSE,
+        )
+    seen: dict[int, dict[str, str]] = {}
+    for matchers in _selectors(match):
+        for info in remote.find_series(
+            project_id, None, matchers, max_series=MAX_SERIES_PER_RESPONSE, start=low, end=high
+        ):
+            seen[info.id] = {METRIC_LABEL: info.metric, **info.labels}
+        if len(seen) > MAX_SERIES_PER_RESPONSE:
+            raise TooManySeries(MAX_SERIES_PER_RESPONSE)
+    return list(seen.values())
 
 
 def label_names(
     connection: Connection,
+    remote: TimeSeriesBackend | None,
     project_id: int,
     match: Sequence[str],
     start: str | None,
     end: str | None,
 ) -> list[str]:
     low, high = _range(start, end)
-    return raw.label_names(connection, project_id, _selectors(match), low, high)
+    if remote is None:
+        return raw.label_names(connection, project_id, _selectors(match), low, high)
+    names: set[str] = set()
+    for matchers in _selectors(match) or [()]:
+        names.update(remote.label_names(project_id, matchers, start=low, end=high))
+    return sorted(names)
 
 
 def label_values(
     connection: Connection,
+    remote: TimeSeriesBackend | None,
     project_id: int,
     name: str,
     match: Sequence[str],
@@ -233,11 +242,20 @@ def label_values(
     end: str | None,
 ) -> list[str]:
     low, high = _range(start, end)
-    return raw.label_values(connection, project_id, name, _selectors(match), low, high)
+    if remote is None:
+        return raw.label_values(connection, project_id, name, _selectors(match), low, high)
+    values: set[str] = set()
+    for matchers in _selectors(match) or [()]:
+        values.update(remote.label_values(project_id, name, matchers, start=low, end=high))
+    return sorted(values)
 
 
-def metadata(connection: Connection, project_id: int) -> dict[str, list[dict[str, str]]]:
-    return {
-        metric: [{"type": kind, "help": "", "unit": ""}]
-        for metric, kind in raw.metric_kinds(connection, project_id)
-    }
+def metadata(
+    connection: Connection, remote: TimeSeriesBackend | None, project_id: int
+) -> dict[str, list[dict[str, str]]]:
+    if remote is None:
+        kinds = raw.metric_kinds(connection, project_id)
+    else:
+        found = remote.find_series(project_id, None)
+        kinds = sorted({(info.metric, str(info.kind.value)) for info in found})
+    return {metric: [{"type": kind, "help": "", "unit": ""}] for metric, kind in kinds}

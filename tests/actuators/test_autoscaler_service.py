@@ -370,3 +370,22 @@ def test_a_target_replaced_during_the_pass_gets_none_of_its_state(
 
     row = fleet.row(autoscaler)
     assert row.state == {} and row.last_decision is None and row.lease_until is None
+
+
+def test_scales_out_on_a_promql_signal_on_a_fake_kubernetes_api(fleet: Fleet) -> None:
+    fleet.cluster.replicas[DEPLOYMENT_KEY] = 2
+    fleet.write(P99, 0.1, NOW - timedelta(seconds=5), pod="a")
+    fleet.write(P99, 0.5, NOW - timedelta(seconds=3), pod="b")
+    fleet.write(P99, 9.0, NOW, service="other")  # another service's series
+    expr = f'max(max_over_time({P99}{{service="llama"}}[1m]))'
+    autoscaler = fleet.add("llama", DEPLOYMENT, p99={"expr": expr})
+
+    result = fleet.run(autoscaler)
+
+    assert (result.action, result.replicas, result.reason) == ("scaled", 5, "scale_out")
+    assert fleet.row(autoscaler).state["metrics_at"] == (NOW - timedelta(seconds=3)).timestamp()
+    ((_, details),) = fleet.audit()
+    assert details["metrics"]["p99_latency_s"] == 0.5
+    # A broken expression stored behind the API's back is an error on the row.
+    broken = fleet.add("broken", {**DEPLOYMENT, "name": "other"}, p99={"expr": "max("})
+    assert "parse error" in str(fleet.run(broken).error)

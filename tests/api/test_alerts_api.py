@@ -265,3 +265,30 @@ def test_loaded_rules_link_runbooks_at_the_configured_base(runtime: Runtime) -> 
     assert all(
         rule["annotations"]["runbook_url"] == f"{base}#{rule['name'].lower()}" for rule in items
     )
+
+
+PROMQL_HOT = {
+    "name": "GpuHotPromql",
+    "kind": "promql",
+    "expr": "max by (gpu) (max_over_time(DCGM_FI_DEV_GPU_TEMP[5m])) > 85",
+    "for": "5m",
+}
+
+
+def test_a_promql_rule_is_created_and_a_bad_expression_refused_naming_expr(
+    client: TestClient, mint: Minter
+) -> None:
+    mint.project("alpha")
+    member = bearer(mint.token("alpha", "member", "alice"))
+    base = "/api/v1/projects/alpha/alerts/rules"
+    created = client.post(base, json=PROMQL_HOT, headers=member)
+    assert created.status_code == 201, created.text
+    assert created.json()["rule"]["expr"] == PROMQL_HOT["expr"]
+    read = client.get(f"{base}/GpuHotPromql", headers=member).json()["rule"]
+    assert read["kind"] == "promql" and read["expr"] == PROMQL_HOT["expr"]
+    bad = client.post(
+        base, json={**PROMQL_HOT, "name": "Bad", "expr": "rate(x[5m]"}, headers=member
+    )
+    assert bad.status_code == 422
+    (problem,) = bad.json()["detail"]
+    assert problem["loc"][-1] == "expr" and "parse error" in problem["msg"]

@@ -158,6 +158,10 @@ def test_the_state_shows_the_last_pass(
         ({"p99": {"metric": "p99", "match": ["service=llama"]}}, "invalid p99 matcher"),
         ({"p99": {"metric": "p99", "match": ['job=~"("']}}, "invalid regular expression"),
         ({"p99": None}, "give the p99 selector"),
+        ({"p99": {"expr": "max(p99"}}, "invalid p99 expr: parse error"),
+        ({"p99": {"expr": "p99[5m]"}}, "instant vector or a scalar"),
+        ({"p99": {"expr": "predict_linear(p99[5m], 60)"}}, "predict_linear() is not supported"),
+        ({"p99": {"expr": "max(p99)", "metric": "p99"}}, "stands alone: it takes no metric"),
         ({"queue": {"metric": "queue"}}, "needs the policy's target_queue_per_replica"),
     ],
 )
@@ -236,3 +240,14 @@ def test_another_projects_autoscalers_are_not_found(
     assert client.get(own, headers=beta).json()["items"] == []
     assert client.get(f"{own}/llama", headers=beta).status_code == 404
     assert client.get(URL).status_code == 401
+
+
+def test_a_signal_may_be_a_promql_expression(
+    client: TestClient, tokens: dict[str, dict[str, str]]
+) -> None:
+    expr = 'max(llm_request_latency_p99_seconds{service="llama"})'
+    created = client.post(URL, json=body(p99={"expr": expr}), headers=tokens["admin"])
+    assert created.status_code == 201, created.text
+    assert created.json()["p99"]["expr"] == expr
+    read = client.get(f"{URL}/llama", headers=tokens["agent"]).json()
+    assert read["p99"]["expr"] == expr and "metric" not in read["p99"]

@@ -1,12 +1,14 @@
 """The comparison's two sides over one data set (tests/promql/data.py): a real Prometheus
 that reads it from blocks made by promtool, and tuneloop's API over a store holding the same
-samples, on SQLite and on PostgreSQL. Built once per test session (Prometheus) and once per
-backend (the store)."""
+samples, on SQLite and on PostgreSQL, or (``tsdb_api``) with its series in a real
+VictoriaMetrics, remote-written there. Built once per test session (Prometheus) and once per
+backend (the store, the TSDB)."""
 
 from __future__ import annotations
 
+import random
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -17,7 +19,7 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from tests.conftest import reset_postgres
 from tests.helpers import promtool
-from tests.peers import running_prometheus
+from tests.peers import flush_victoria_metrics, running_prometheus, running_victoria_metrics
 from tests.promql import incidents
 from tests.promql.data import GenSeries, generate, write_openmetrics
 from tuneloop import accounts
@@ -25,6 +27,8 @@ from tuneloop.runtime import Runtime
 from tuneloop.settings import Settings
 from tuneloop.storage import make_engine, session_factory, session_scope
 from tuneloop.storage.models import metadata
+from tuneloop.storage.prometheus.backend import PrometheusBackend
+from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuneloop.storage.timeseries.types import SeriesBatch, SeriesKind
 from tuneloop.storage.timeseries.writer import SampleWriter
 
@@ -69,7 +73,7 @@ class Tuneloop:
 
 
 def load(runtime: Runtime, project_id: int, data: list[GenSeries]) -> None:
-    writer = SampleWriter(runtime.engine)
+    writer: TimeSeriesBackend | SampleWriter = runtime.remote_series or SampleWriter(runtime.engine)
     batches = [
         SeriesBatch(
             one.metric,
@@ -95,12 +99,39 @@ def tuneloop_api(
     else:
         url = request.getfixturevalue("postgres_server_url")
         reset_postgres(url)
+    yield from _serve(url, promql_data, None)
+
+
+@pytest.fixture(scope="module")
+def tsdb_api(
+    promql_data: list[GenSeries], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Tuneloop]:
+    """tuneloop's API with its series in a real VictoriaMetrics (``TUNELOOP_TSDB_URL``)."""
+    workdir = tmp_path_factory.mktemp("victoria-metrics")
+    with running_victoria_metrics(workdir) as vm_url:
+        remote = PrometheusBackend(vm_url, project_label=f"p{random.randrange(10**9)}")
+        url = f"sqlite:///{tmp_path_factory.mktemp('store') / 'tuneloop.db'}"
+        try:
+            yield from _serve(
+                url, promql_data, remote, settle=lambda: flush_victoria_metrics(vm_url)
+            )
+        finally:
+            remote.close()
+
+
+def _serve(
+    url: str,
+    promql_data: list[GenSeries],
+    remote: PrometheusBackend | None,
+    settle: Callable[[], None] = lambda: None,
+) -> Iterator[Tuneloop]:
     engine = make_engine(url)
     metadata.create_all(engine)
     runtime = Runtime(
         settings=Settings(database_url=url, redis_url=None),
         engine=engine,
         sessions=session_factory(engine),
+        remote_series=remote,
     )
     with session_scope(runtime.sessions) as session:
         project = accounts.create_project(session, "fleet")
@@ -112,6 +143,7 @@ def tuneloop_api(
     load(runtime, ids[0], promql_data)
     # The other project has series of the same names, with other values.
     load(runtime, ids[1], [_shifted(one) for one in promql_data[:12]])
+    settle()
     with TestClient(create_app(runtime)) as client:
         yield Tuneloop(
             client,

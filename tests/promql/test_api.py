@@ -5,28 +5,17 @@ refusing before any sample is read, and projects kept apart."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 import tuneloop.settings
-from api.main import create_app
 from api.services import promql as promql_service
-from collector.pipeline import Pipeline
-from collector.sinks.store import StoreSink
-from tests.helpers import sqlite_file
 from tests.peers import prom_api
 from tests.promql.conftest import Tuneloop
 from tests.promql.data import T0_S
-from tuneloop import accounts
-from tuneloop.runtime import Runtime
-from tuneloop.settings import Settings, get_settings
-from tuneloop.storage import make_engine, session_factory, session_scope
-from tuneloop.storage.prometheus.backend import PrometheusBackend
+from tuneloop.settings import get_settings
 from tuneloop.storage.timeseries import raw
-from tuneloop.storage.timeseries.writer import SampleWriter
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 SPAN = {"start": str(T0_S - 60), "end": str(T0_S + 3700)}
@@ -284,23 +273,3 @@ def test_the_series_api_refuses_promql(tuneloop_api: Tuneloop) -> None:
     )
     assert response.status_code == 422
     assert "/api/v1/query" in str(response.json()["detail"])
-
-
-def test_with_series_in_a_tsdb_the_api_says_so(tmp_path: Path) -> None:
-    url = sqlite_file(tmp_path)
-    engine = make_engine(url)
-    runtime = Runtime(
-        settings=Settings(database_url=url, redis_url=None),
-        engine=engine,
-        sessions=session_factory(engine),
-        remote_series=PrometheusBackend("http://127.0.0.1:9"),  # never asked
-    )
-    with session_scope(runtime.sessions) as session:
-        project = accounts.create_project(session, "fleet")
-        _, secret = accounts.create_token(session, project, "grafana", "member")
-    with TestClient(create_app(runtime, Pipeline(StoreSink(SampleWriter(engine))))) as client:
-        response = client.get(
-            "/api/v1/query", params={"query": UTIL}, headers={"Authorization": f"Bearer {secret}"}
-        )
-    assert "TUNELOOP_TSDB_URL" in _error(response, 422, "execution")
-    runtime.close()

@@ -254,6 +254,14 @@ def test_answers_as_prometheus_does(
         _compare(ours, theirs, False, f"{expression} over {start}..{end} by {step}")
 
 
+@pytest.mark.parametrize("expression", EXPRESSIONS)
+def test_answers_as_prometheus_does_with_series_in_a_tsdb(
+    expression: str, tsdb_api: Tuneloop, prometheus_url: str
+) -> None:
+    # The same engine over raw samples read from VictoriaMetrics (its range selectors).
+    test_answers_as_prometheus_does(expression, tsdb_api, prometheus_url)
+
+
 def test_there_are_enough_expressions() -> None:
     assert len(EXPRESSIONS) >= 100
     assert len(set(EXPRESSIONS)) == len(EXPRESSIONS)

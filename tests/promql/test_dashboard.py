@@ -70,6 +70,14 @@ def test_each_panel_answers_as_prometheus_does(
     _compare(_ours(tuneloop_api, "/api/v1/query_range", params), theirs, False, query)
 
 
+@pytest.mark.parametrize("selection", SELECTIONS)
+@pytest.mark.parametrize(("title", "expr"), TARGETS, ids=[title for title, _ in TARGETS])
+def test_each_panel_answers_as_prometheus_does_with_series_in_a_tsdb(
+    title: str, expr: str, selection: str, tsdb_api: Tuneloop, prometheus_url: str
+) -> None:
+    test_each_panel_answers_as_prometheus_does(title, expr, selection, tsdb_api, prometheus_url)
+
+
 def _label_values(answer: Any, label: str) -> list[str]:
     return sorted({series[label] for series in answer if label in series})
 
@@ -91,3 +99,9 @@ def test_the_variables_list_what_prometheus_lists(
         assert _label_values(ours, label) == _label_values(theirs, label)
         values = _ours(tuneloop_api, f"/api/v1/label/{label}/values", params)
         assert values == prom_api(prometheus_url, f"/api/v1/label/{label}/values", params)
+
+
+def test_the_variables_list_what_prometheus_lists_with_series_in_a_tsdb(
+    tsdb_api: Tuneloop, prometheus_url: str
+) -> None:
+    test_the_variables_list_what_prometheus_lists(tsdb_api, prometheus_url)

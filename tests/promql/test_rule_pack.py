@@ -116,3 +116,16 @@ def test_most_rules_fire_each_for_its_incident(tuneloop_api: Tuneloop, prometheu
         fired = firing.get(alert, [])
         assert any(labels.items() <= metric.items() for metric in fired), (alert, fired)
     assert all(s["job"] != "inference/embedder" for s in firing["InferenceP99SloBreach"])
+
+
+@pytest.mark.parametrize(("alert", "expr"), RULES, ids=[alert for alert, _ in RULES])
+def test_each_rule_answers_as_prometheus_does_with_series_in_a_tsdb(
+    alert: str, expr: str, tsdb_api: Tuneloop, prometheus_url: str
+) -> None:
+    test_each_rule_answers_as_prometheus_does(alert, expr, tsdb_api, prometheus_url)
+
+
+def test_most_rules_fire_each_for_its_incident_with_series_in_a_tsdb(
+    tsdb_api: Tuneloop, prometheus_url: str
+) -> None:
+    test_most_rules_fire_each_for_its_incident(tsdb_api, prometheus_url)

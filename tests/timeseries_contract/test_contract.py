@@ -89,6 +89,13 @@ def test_find_series_names_labels_and_kinds(subject: Subject) -> None:
     assert again[0].id in ids
 
 
+def test_find_series_over_a_time_range(subject: Subject) -> None:
+    write_fleet(subject)
+    span = {"start": T0 - timedelta(minutes=1), "end": T0 + timedelta(minutes=1)}
+    found = subject.backend.find_series(subject.project, GAUGE, [eq("host", "a")], **span)
+    assert sorted(s.labels["gpu"] for s in found) == ["0", "1"]
+
+
 def test_label_names_and_values(subject: Subject) -> None:
     write_fleet(subject)
     backend, project = subject.backend, subject.project
@@ -381,6 +388,56 @@ def test_histogram_quantile_by_adds_up_each_groups_buckets(subject: Subject) -> 
     assert group.labels == {"job": "serve"}
     # Of 2 observations per step, the 1st lies in (0, 0.1]: rank 1 of bucket 0.1 -> 0.1.
     assert [v for _, v in group.points] == pytest.approx([0.1] * 8, rel=subject.counter_rel)
+
+
+# --------------------------------------------------------------------------- raw samples
+
+
+def ms(when: datetime) -> int:
+    return int(when.timestamp() * 1000)
+
+
+def test_read_raw_gives_each_series_own_samples_in_a_half_open_window(subject: Subject) -> None:
+    write_fleet(subject)
+    theirs = subject.projects[1]
+    subject.write([gauge({"gpu": "0", "host": "a"}, [9, 9])], project=theirs)
+    backend = subject.backend
+    name = Matcher("__name__", MatchOp.EQ, GAUGE)
+    start, end = ms(T0) - 60_000, ms(T0) + 60_000
+    found = backend.read_raw(subject.project, [name, eq("host", "a")], start, end)
+    assert [s.labels for s in found] == [
+        {"__name__": GAUGE, "gpu": "0", "host": "a"},
+        {"__name__": GAUGE, "gpu": "1", "host": "a"},
+    ]
+    assert [s.times_ms.tolist() for s in found] == [[ms(T0), ms(T0) + 10_000]] * 2
+    assert [s.values.tolist() for s in found] == [[1, 2], [3, 4]]
+    # (start, end]: the sample at start is out, the one at end in.
+    (one,) = backend.read_raw(subject.project, [name, eq("gpu", "0")], ms(T0), ms(T0) + 10_000)
+    assert one.times_ms.tolist() == [ms(T0) + 10_000]
+    # Any matcher kind on the name; the count bounds the read.
+    every = [Matcher("__name__", MatchOp.RE, "tl_.*")]
+    assert len(backend.read_raw(subject.project, every, start, end)) == 4
+    assert backend.count_raw(subject.project, every, start, end, 100) == 8
+    assert backend.count_raw(subject.project, every, start, end, 3) == 4
+    assert backend.read_raw(subject.project, [name], end, end + 60_000) == []
+    assert backend.count_raw(subject.project, [name], end, end + 60_000, 10) == 0
+    with pytest.raises(TooManySeries):
+        backend.read_raw(subject.project, every, start, end, max_series=3)
+
+
+def test_read_raw_of_two_names_with_one_label_set(subject: Subject) -> None:
+    labels = {"host": "a"}
+    subject.write(
+        [
+            SeriesBatch(GAUGE, labels, at(0, 10), [1, 2]),
+            SeriesBatch(COUNTER, labels, at(0, 10), [5, 6], SeriesKind.COUNTER),
+        ]
+    )
+    both = [Matcher("__name__", MatchOp.RE, f"{GAUGE}|{COUNTER}")]
+    start, end = ms(T0) - 60_000, ms(T0) + 60_000
+    assert subject.backend.count_raw(subject.project, both, start, end, 100) == 4
+    found = subject.backend.read_raw(subject.project, both, start, end)
+    assert sorted(s.labels["__name__"] for s in found) == sorted([GAUGE, COUNTER])
 
 
 # --------------------------------------------------------------------------- unreachable

@@ -40,6 +40,8 @@ def check(files: FilesArgument = None) -> None:
             problems += 1
             continue
         for rule in parsed.rules:
+            if rule.query is None:
+                continue  # PromQL: checked by the parser already
             metric = rule.query.metric
             if rule.query.aggregation == "histogram_quantile":
                 metric += "_bucket"

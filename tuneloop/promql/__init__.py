@@ -11,7 +11,8 @@ import numpy as np
 import promql_parser as ast
 
 from tuneloop.promql.evaluate import Evaluator
-from tuneloop.promql.parse import parse
+from tuneloop.promql.parse import NOT_INSTANT, parse, parse_instant
+from tuneloop.promql.source import BackendSource
 from tuneloop.promql.values import (
     ExecutionError,
     PromQLError,
@@ -25,6 +26,7 @@ from tuneloop.promql.values import (
 )
 
 __all__ = [
+    "BackendSource",
     "ExecutionError",
     "PromQLError",
     "QueryResult",
@@ -33,6 +35,8 @@ __all__ = [
     "SampleSource",
     "Scalar",
     "String",
+    "instant_samples",
+    "parse_instant",
     "query",
 ]
 
@@ -75,3 +79,22 @@ def query(
         inner = inner.expr
     ordered = isinstance(inner, ast.Call) and inner.func.name in ("sort", "sort_desc")
     return QueryResult(value, times, ordered)
+
+
+def instant_samples(
+    source: SampleSource, text: str, at_ms: int, *, max_samples: int, timeout_s: float
+) -> list[tuple[dict[str, str], float]]:
+    """Labels (the metric name dropped, as Prometheus' rules drop it) and value of each series
+    ``text`` gives at ``at_ms``; a scalar is one, without labels. :class:`PromQLError` unless
+    the expression gives an instant vector or a scalar (:func:`parse_instant`)."""
+    parse_instant(text)
+    value = query(source, text, at_ms, at_ms, 1, max_samples=max_samples, timeout_s=timeout_s).value
+    if isinstance(value, Scalar):
+        return [({}, float(value.values[0]))]
+    if not isinstance(value, list):
+        raise PromQLError(NOT_INSTANT)
+    return [
+        ({k: v for k, v in one.labels.items() if k != "__name__"}, float(one.values[0]))
+        for one in value
+        if one.present[0]
+    ]

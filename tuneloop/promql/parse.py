@@ -15,6 +15,7 @@ from tuneloop.promql.values import METRIC_NAME, PromQLError
 from tuneloop.storage.timeseries.types import Matcher, MatchOp
 
 MAX_QUERY_LENGTH: Final = 64 * 1024
+NOT_INSTANT: Final = "the expression must give an instant vector or a scalar"
 
 INSTANT_FUNCTIONS: Final = frozenset(
     {
@@ -50,6 +51,19 @@ def parse(text: str) -> ast.Expr:
     except (ValueError, RuntimeError) as exc:
         raise PromQLError(f"parse error: {exc}") from None
     ast.walk(expr, _check_supported)
+    return expr
+
+
+def parse_instant(text: str) -> ast.Expr:
+    """As :func:`parse`, for what is evaluated at one time into alerts or signals: refused
+    unless it gives an instant vector or a scalar (a range vector or a string is no value to
+    compare or scale on)."""
+    expr = parse(text)
+    inner = expr
+    while isinstance(inner, ast.ParenExpr):
+        inner = inner.expr
+    if isinstance(inner, (ast.MatrixSelector, ast.SubqueryExpr, ast.StringLiteral)):
+        raise PromQLError(NOT_INSTANT)
     return expr
 
 

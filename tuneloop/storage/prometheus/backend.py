@@ -15,13 +15,14 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-from tuneloop.storage.prometheus import queries
+from tuneloop.storage.prometheus import queries, raw_reads
 from tuneloop.storage.prometheus.client import DEFAULT_TIMEOUT_S, PrometheusClient
 from tuneloop.storage.prometheus.grid import Buckets, Windows
 from tuneloop.storage.prometheus.remote_writer import RemoteWriter
 from tuneloop.storage.timeseries.columns import Batch, expand
 from tuneloop.storage.timeseries.functions import BUCKET_LABEL, BUCKET_SUFFIX, LabeledSeries
 from tuneloop.storage.timeseries.query import METRIC_LABEL, TooManySeries, check_query
+from tuneloop.storage.timeseries.raw import RawSeries
 from tuneloop.storage.timeseries.types import (
     Aggregation,
     LatestSample,
@@ -127,10 +128,12 @@ class PrometheusBackend:
         matchers: Sequence[Matcher] = (),
         *,
         max_series: int | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
     ) -> list[SeriesInfo]:
-        """Series with samples in the last :data:`~queries.DEFAULT_LOOKBACK_S` (a TSDB
-        forgets series only with their samples)."""
-        return self._series(project_id, metric, matchers, None, None, max_series)
+        """Series with samples in ``[start, end]``; without ``start``, in the last
+        :data:`~queries.DEFAULT_LOOKBACK_S` (a TSDB forgets series only with their samples)."""
+        return self._series(project_id, metric, matchers, start, end, max_series)
 
     def _series(
         self,
@@ -313,6 +316,28 @@ class PrometheusBackend:
             LabeledSeries({k: v for k, v in key if k != BUCKET_LABEL}, sorted(values))
             for key, values in sorted(points.items())
         ]
+
+    # ----------------------------------------------------------------------- raw samples
+
+    def read_raw(
+        self,
+        project_id: int,
+        matchers: Sequence[Matcher],
+        start_ms: int,
+        end_ms: int,
+        *,
+        max_series: int | None = None,
+    ) -> list[RawSeries]:
+        return raw_reads.read(
+            self.client, self.project_label, project_id, matchers, start_ms, end_ms, max_series
+        )
+
+    def count_raw(
+        self, project_id: int, matchers: Sequence[Matcher], start_ms: int, end_ms: int, limit: int
+    ) -> int:
+        return raw_reads.count(
+            self.client, self.project_label, project_id, matchers, start_ms, end_ms, limit
+        )
 
     # ----------------------------------------------------------------------- latest
 

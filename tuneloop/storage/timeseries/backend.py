@@ -34,6 +34,13 @@ Latest
     ``since=None`` the store looks at any age; a TSDB looks back
     :data:`~tuneloop.storage.prometheus.queries.DEFAULT_LOOKBACK_S`.
 
+Raw samples (``read_raw``, ``count_raw``)
+    Each series the matchers select (PromQL matchers, the name as ``__name__``) with its own
+    samples in ``(start, end]``, times in milliseconds, ``__name__`` among its labels: what a
+    PromQL engine evaluates over, so one engine (:mod:`tuneloop.promql`) answers on either
+    backend. ``count_raw`` bounds a read before it is made: exact in the store, at most one
+    sample per series more in a TSDB that counts windows closed at the start (Prometheus 2).
+
 Limits
     ``max_series`` raises :class:`~tuneloop.storage.timeseries.query.TooManySeries` when more
     series match; ``ValueError`` subclasses mean the query is refused (bad range, bad regex,
@@ -48,6 +55,7 @@ from typing import Protocol, runtime_checkable
 
 from tuneloop.storage.timeseries.columns import Batch
 from tuneloop.storage.timeseries.functions import LabeledSeries
+from tuneloop.storage.timeseries.raw import RawSeries
 from tuneloop.storage.timeseries.types import (
     Aggregation,
     LatestSample,
@@ -75,8 +83,12 @@ class TimeSeriesBackend(Protocol):
         matchers: Sequence[Matcher] = (),
         *,
         max_series: int | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
     ) -> list[SeriesInfo]:
-        """Series named ``metric`` (any if ``None``) matching every matcher, by metric then id."""
+        """Series named ``metric`` (any if ``None``) matching every matcher, by metric then id;
+        ``start``/``end`` as for :meth:`label_names`: a TSDB lists the series with samples
+        then (without ``start``, in its default lookback), the store every series it keeps."""
         ...
 
     def label_names(
@@ -177,4 +189,23 @@ class TimeSeriesBackend(Protocol):
         """The ``q``-quantile of histogram ``metric`` (its base name) per label set but ``le``;
         with ``by``, per set of those labels, the buckets of a set added up first, as
         ``histogram_quantile(q, sum by (<by>, le) (increase(<metric>_bucket[w])))``."""
+        ...
+
+    def read_raw(
+        self,
+        project_id: int,
+        matchers: Sequence[Matcher],
+        start_ms: int,
+        end_ms: int,
+        *,
+        max_series: int | None = None,
+    ) -> list[RawSeries]:
+        """Each selected series with its samples in ``(start_ms, end_ms]``, oldest first;
+        series without one are left out."""
+        ...
+
+    def count_raw(
+        self, project_id: int, matchers: Sequence[Matcher], start_ms: int, end_ms: int, limit: int
+    ) -> int:
+        """Samples :meth:`read_raw` would load, counted to at most ``limit + 1``."""
         ...

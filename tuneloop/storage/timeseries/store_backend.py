@@ -9,10 +9,11 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from tuneloop.storage.timeseries import functions, query
+from tuneloop.storage.timeseries import functions, query, raw
 from tuneloop.storage.timeseries.columns import Batch
 from tuneloop.storage.timeseries.functions import LabeledSeries
 from tuneloop.storage.timeseries.query import METRIC_LABEL, Bind
+from tuneloop.storage.timeseries.raw import RawSeries
 from tuneloop.storage.timeseries.types import (
     Aggregation,
     LatestSample,
@@ -49,7 +50,10 @@ class StoreBackend:
         matchers: Sequence[Matcher] = (),
         *,
         max_series: int | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
     ) -> list[SeriesInfo]:
+        """From the series index, as :meth:`label_names`: ``start``/``end`` do not narrow."""
         return query.find_series(self.bind, project_id, metric, matchers, max_series=max_series)
 
     def label_names(
@@ -167,6 +171,32 @@ class StoreBackend:
             window_s=window_s,
             max_series=max_series,
         )
+
+    def read_raw(
+        self,
+        project_id: int,
+        matchers: Sequence[Matcher],
+        start_ms: int,
+        end_ms: int,
+        *,
+        max_series: int | None = None,
+    ) -> list[RawSeries]:
+        if isinstance(self.bind, Connection):
+            return raw.read(
+                self.bind, project_id, matchers, start_ms, end_ms, max_series=max_series
+            )
+        with self.bind.connect() as connection:
+            return raw.read(
+                connection, project_id, matchers, start_ms, end_ms, max_series=max_series
+            )
+
+    def count_raw(
+        self, project_id: int, matchers: Sequence[Matcher], start_ms: int, end_ms: int, limit: int
+    ) -> int:
+        if isinstance(self.bind, Connection):
+            return raw.count_samples(self.bind, project_id, matchers, start_ms, end_ms, limit)
+        with self.bind.connect() as connection:
+            return raw.count_samples(connection, project_id, matchers, start_ms, end_ms, limit)
 
     def histogram_quantile(
         self,
