@@ -125,6 +125,18 @@ def test_no_samples_of_the_expression_extend_then_fail_the_trial(engine: Engine)
     assert loop.trials()[0].value is None
 
 
+def test_values_carried_past_the_newest_sample_are_stale(engine: Engine) -> None:
+    # A bare selector looks back 5 minutes: without the newest sample's time, samples that
+    # stopped at t=10 would still look fresh at t=30.
+    loop = make_loop(engine, "sum(tuneloop_samples_per_second{job=$job})", "maximize")
+    measure(loop, 1, 0)
+    loop.steps(0, 10, per_rank=100.0)
+    assert loop.step(30).detail.startswith("stale")
+    loop.steps(30, 70, per_rank=100.0)
+    assert loop.step(50).detail == "complete"
+    assert loop.trials()[0].value == pytest.approx(200.0, rel=0.01)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
