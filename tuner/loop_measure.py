@@ -16,6 +16,7 @@ from typing import Any, Final, Literal
 
 from sqlalchemy.orm import Session
 
+from tuneloop import promql
 from tuneloop.accounts import record_audit
 from tuneloop.storage.models import Job, Study, Trial
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
@@ -75,7 +76,20 @@ def measure_trial(
     warm = start + timedelta(seconds=policy.warmup_s)
     bind = session.connection()
     series = series or StoreBackend(bind)
-    metric, samples = _window_samples(series, study, job, options, warm, now)
+    try:
+        metric, samples = _window_samples(series, study, job, options, warm, now)
+    except promql.PromQLError as exc:
+        # The expression passed the check at creation but cannot be evaluated on these series
+        # (many-to-many matching, too many samples): the trial cannot be measured. A timeout
+        # is temporary and left to the next pass.
+        return tell_trial(
+            session,
+            study,
+            trial,
+            state="failed",
+            reason=f"objective_expr: {exc}",
+            measurements={"window": {"start": start.isoformat(), "end": now.isoformat()}},
+        )
     verdict = judge_window(
         samples,
         window_start=start.timestamp(),

@@ -125,6 +125,21 @@ def test_no_samples_of_the_expression_extend_then_fail_the_trial(engine: Engine)
     assert loop.trials()[0].value is None
 
 
+def test_an_expression_the_series_make_fail_fails_the_trial_with_the_engine_s_reason(
+    engine: Engine,
+) -> None:
+    # Two ranks on each side, one match key: many-to-many, which PromQL refuses.
+    ranks = "rate(tuneloop_samples_per_second{job=$job}[5s])"
+    expr = f"{ranks} + ignoring(rank) {ranks}"
+    loop = make_loop(engine, expr, "maximize")
+    measure(loop, 1, 0)
+    loop.steps(0, 31, per_rank=100.0)
+    failed = loop.step(31)
+    assert failed.detail.startswith("failed: objective_expr: "), failed
+    [trial] = loop.trials()
+    assert trial.state == "failed" and trial.value is None
+
+
 def test_values_carried_past_the_newest_sample_are_stale(engine: Engine) -> None:
     # A bare selector looks back 5 minutes: without the newest sample's time, samples that
     # stopped at t=10 would still look fresh at t=30.
