@@ -16,13 +16,14 @@ from typing import Any, Final, Literal
 
 from sqlalchemy.orm import Session
 
+from tuneloop import promql
 from tuneloop.accounts import record_audit
 from tuneloop.storage.models import Job, Study, Trial
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuneloop.storage.timeseries.store_backend import StoreBackend
-from tuner import readings, service
-from tuner.measurement import TrialVerdict, WindowStats, judge_window
-from tuner.objectives import Evaluation, get_objective
+from tuner import promql_objective, readings, service
+from tuner.measurement import Sample, TrialVerdict, WindowStats, judge_window
+from tuner.objectives import PROMQL, Evaluation, get_objective
 from tuner.space import SearchSpace
 from tuner.study_options import StudyOptions
 from tuner.study_records import study_space
@@ -75,16 +76,20 @@ def measure_trial(
     warm = start + timedelta(seconds=policy.warmup_s)
     bind = session.connection()
     series = series or StoreBackend(bind)
-    metric = readings.primary_metric(study.objective)
-    samples = readings.window_samples(
-        series,
-        job.project_id,
-        job.name,
-        metric,
-        start=warm,
-        end=now,
-        per_job=metric == readings.THROUGHPUT_METRIC,
-    )
+    try:
+        metric, samples = _window_samples(series, study, job, options, warm, now)
+    except promql.PromQLError as exc:
+        # The expression passed the check at creation but cannot be evaluated on these series
+        # (many-to-many matching, too many samples): the trial cannot be measured. A timeout
+        # is temporary and left to the next pass.
+        return tell_trial(
+            session,
+            study,
+            trial,
+            state="failed",
+            reason=f"objective_expr: {exc}",
+            measurements={"window": {"start": start.isoformat(), "end": now.isoformat()}},
+        )
     verdict = judge_window(
         samples,
         window_start=start.timestamp(),
@@ -160,6 +165,34 @@ def measure_trial(
     )
 
 
+def _window_samples(
+    series: TimeSeriesBackend,
+    study: Study,
+    job: Job,
+    options: StudyOptions,
+    warm: datetime,
+    now: datetime,
+) -> tuple[str, list[Sample]]:
+    """What the window is judged on (the metric, or the PromQL expression) and its samples."""
+    if study.objective == PROMQL and options.objective_expr is not None:
+        expr = options.objective_expr
+        samples = promql_objective.window_samples(
+            series, job.project_id, job.name, expr, start=warm, end=now
+        )
+        return expr, samples
+    metric = readings.primary_metric(study.objective)
+    samples = readings.window_samples(
+        series,
+        job.project_id,
+        job.name,
+        metric,
+        start=warm,
+        end=now,
+        per_job=metric == readings.THROUGHPUT_METRIC,
+    )
+    return metric, samples
+
+
 def _objective_inputs(
     series: TimeSeriesBackend,
     study: Study,
@@ -172,6 +205,8 @@ def _objective_inputs(
 ) -> dict[str, float | None]:
     """The objective's inputs: the judged series' mean plus what else its formula needs."""
     value = verdict.value
+    if study.objective == PROMQL:
+        return {"value": value}
     if study.objective == "step_time":
         return {"step_time_s": value}
     if study.objective == "slo_throughput":

@@ -15,6 +15,9 @@ the gain goes with steps/s.) Goodput is then in M0-equivalent samples per second
 throughput at M = M0, tends to it when phi >> M (perfect scaling), and to
 ``throughput * M0 / M`` (constant progress per step) when phi << M.
 
+An objective may also be a PromQL expression (``promql``, see ``tuner.promql_objective``): its
+value is the window's mean of the expression's values, in the direction the study gives.
+
 Inference services default to **slo_throughput**: the throughput, infeasible when the P99
 latency is over the SLO.
 
@@ -28,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 from tuneloop.errors import InvalidInput
 
@@ -122,6 +125,11 @@ def step_time(step_time_s: float) -> float:
     return _positive("step_time_s", step_time_s)
 
 
+def expression_value(value: float) -> float:
+    """The window's mean of a PromQL objective's values, as is (``tuner.promql_objective``)."""
+    return float(value)
+
+
 # --------------------------------------------------------------------------- registry
 
 
@@ -185,8 +193,18 @@ OBJECTIVES: Mapping[str, Objective] = {
             "mean seconds per optimizer step",
             step_time,
         ),
+        Objective(
+            "promql",
+            "maximize",
+            ("value",),
+            "a PromQL expression (objective_expr; $job is the job's name), direction given",
+            expression_value,
+        ),
     )
 }
+
+PROMQL: Final = "promql"
+"""The objective whose values are a PromQL expression's (``tuner.promql_objective``)."""
 
 DEFAULT_OBJECTIVE: Mapping[str, str] = {"training": "goodput", "inference": "slo_throughput"}
 

@@ -79,7 +79,7 @@ def rank_count(series: TimeSeriesBackend, project_id: int, job_name: str) -> int
     return len({info.labels.get(RANK_LABEL, "0") for info in found})
 
 
-def _step_s(start: datetime, end: datetime) -> int:
+def bucket_step_s(start: datetime, end: datetime) -> int:
     return max(1, math.ceil((end - start).total_seconds() / MAX_POINTS))
 
 
@@ -98,7 +98,7 @@ def window_samples(
     is (a step time). Sample times are bucket starts in epoch seconds."""
     if end <= start:
         return []
-    step_s = _step_s(start, end)
+    step_s = bucket_step_s(start, end)
     found = series.query_range(
         project_id,
         metric,

@@ -44,9 +44,9 @@ from tuneloop.storage.models import Job, Study, Trial
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuneloop.storage.timeseries.store_backend import StoreBackend
 from tuneloop.storage.types import utcnow
-from tuner import readings, study_end, study_records
+from tuner import promql_objective, readings, study_end, study_records
 from tuner.memory import predicted_oom_observations
-from tuner.objectives import check_direction, get_objective
+from tuner.objectives import PROMQL, check_direction, get_objective
 from tuner.space import BATCH_SIZE, ParamValue, SearchSpace
 from tuner.strategies.base import Observation, SpaceExhausted
 from tuner.strategies.registry import make_strategy
@@ -136,6 +136,7 @@ def create_study(
         )
     if objective == "slo_throughput" and options.slo_s is None:
         raise StudyError("slo_throughput needs slo_s (the P99 latency bound in seconds)")
+    _check_promql_objective(objective, direction, options)
     # Building it checks the name (UnknownStrategyError lists the known ones), the options
     # and the seed.
     make_strategy(strategy, space, direction=chosen, seed=seed, options=options.strategy_options)
@@ -146,7 +147,9 @@ def create_study(
         if options.driven_by == "tuner"
         else None
     )
-    if warm_start and not options.warm_start_from:
+    # Priors of another expression would score a different quantity: a PromQL study starts
+    # cold unless warm_start_from names its priors.
+    if warm_start and not options.warm_start_from and objective != PROMQL:
         options = replace(
             options,
             warm_start_from=tuple(warm_start_studies(session, job, objective, options.ranks)),
@@ -195,15 +198,28 @@ def create_study(
     return study
 
 
+def _check_promql_objective(objective: str, direction: str | None, options: StudyOptions) -> None:
+    if objective != PROMQL:
+        if options.objective_expr is not None:
+            raise StudyError(f"objective_expr is for the {PROMQL} objective, not {objective}")
+        return
+    if options.objective_expr is None:
+        raise StudyError(f"objective {PROMQL} needs objective_expr (a PromQL expression)")
+    if direction is None:
+        raise StudyError(f"objective {PROMQL} needs a direction: maximize or minimize")
+    promql_objective.check_expr(options.objective_expr)
+
+
 def require_step_timing(
     session: Session, job: Job, objective: str, series: TimeSeriesBackend | None = None
 ) -> int:
     """Refuse a study of a job with no step-timing data in ``series`` (default: the store,
     through ``session``): nothing to measure its trials on. Returns the number of ranks the
-    data shows (0 for a step-time-only job)."""
+    data shows (0 for a step-time-only job). A PromQL objective reads the series its
+    expression names, so step timings are not required for it."""
     series = series or StoreBackend(session.connection())
     metric = readings.primary_metric(objective)
-    if not readings.has_series(series, job.project_id, job.name, metric):
+    if objective != PROMQL and not readings.has_series(series, job.project_id, job.name, metric):
         raise StudyError(
             f"job {job.name!r} has no step-timing data ({metric}{{job={job.name!r}}}) in the "
             "store: report step timings (docs/step-timing.md) before creating a study"

@@ -78,6 +78,8 @@ class StudyOptions:
     - ``warm_start_from``: ids of the earlier studies whose trials prime the strategy, fixed at
       creation so that every ask sees the same priors.
     - ``memory``: the GPU memory bound on the batch size (:class:`MemoryPolicy`).
+    - ``objective_expr``: the PromQL expression of the ``promql`` objective
+      (``tuner.promql_objective``, which checks it when the study is created).
     """
 
     strategy_options: Mapping[str, Any] = field(default_factory=dict)
@@ -89,6 +91,7 @@ class StudyOptions:
     ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S
     warm_start_from: tuple[int, ...] = ()
     memory: MemoryPolicy = field(default_factory=MemoryPolicy)
+    objective_expr: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.strategy_options, Mapping):
@@ -111,9 +114,14 @@ class StudyOptions:
         for study_id in ids:
             _check_positive_int("warm_start_from", study_id)
         object.__setattr__(self, "warm_start_from", ids)
+        if self.objective_expr is not None and not isinstance(self.objective_expr, str):
+            raise OptionsError(
+                f"objective_expr must be a PromQL expression, got {self.objective_expr!r}"
+            )
         object.__setattr__(self, "strategy_options", dict(self.strategy_options))
 
     def to_dict(self) -> dict[str, Any]:
+        expr = {} if self.objective_expr is None else {"objective_expr": self.objective_expr}
         return {
             "strategy_options": dict(self.strategy_options),
             "measurement": asdict(self.measurement),
@@ -124,6 +132,7 @@ class StudyOptions:
             "ack_timeout_s": self.ack_timeout_s,
             "warm_start_from": list(self.warm_start_from),
             "memory": asdict(self.memory),
+            **expr,
         }
 
     @classmethod

@@ -61,7 +61,13 @@ class StudyCreate(BaseModel):
     name: str = Field(min_length=1, max_length=200, examples=["batch-and-sync"])
     objective: str | None = Field(
         default=None,
-        description="goodput, throughput, slo_throughput or step_time; default by job kind",
+        description="goodput, throughput, slo_throughput, step_time or promql; default by job kind",
+    )
+    objective_expr: str | None = Field(
+        default=None,
+        description="The promql objective's expression, $job standing for the job's name "
+        "(docs/tuner.md); direction is then required",
+        examples=["sum(rate(tokens_total{job=$job}[1m]))"],
     )
     strategy: str = Field(default="bayesian", description="bayesian, bandit, grid or random")
     direction: Literal["maximize", "minimize"] | None = None

@@ -49,6 +49,7 @@ def create_study(
         max_trials=body.max_trials,
         ack_timeout_s=body.ack_timeout_s,
         memory=MemoryPolicy(enabled=body.memory.enabled, headroom=body.memory.headroom),
+        objective_expr=body.objective_expr,
     )
     ranks_seen = service.require_step_timing(session, job, objective, series)
     if options.driven_by == "tuner":

@@ -124,6 +124,7 @@ def test_the_loop_s_trials_show_through_the_api(
     assert config["desired"]["source"] == "agent"
 
 
+PROMQL: dict[str, Any] = {"objective": "promql", "direction": "maximize"}
 BAD_STUDIES: list[tuple[dict[str, Any], str]] = [
     ({"space": {**SPACE, "batch_size": [64, 8]}}, "batch_size: inverted bounds, low 64 > high 8"),
     ({"space": {**SPACE, "batch_size": [33, 63]}}, "contain no power of two"),
@@ -137,6 +138,12 @@ BAD_STUDIES: list[tuple[dict[str, Any], str]] = [
     ({"space": {"batch_size": [8, 64], "lr_scaling": None}}, "goodput needs base_batch"),
     ({"objective": "slo_throughput"}, "slo_throughput needs slo_s"),
     ({"space": {**SPACE, "batch_size": [64, 128]}}, "space.batch_size: the job runs batch_size=32"),
+    ({**PROMQL, "objective_expr": "sum(rate(x{job=$job}[1m]"}, "objective_expr: parse error"),
+    ({**PROMQL, "objective_expr": "x{job=$job}[1m]"}, "objective_expr: "),
+    ({**PROMQL, "objective_expr": "predict_linear(x[5m], 1)"}, "predict_linear() is not supported"),
+    ({**PROMQL, "direction": None, "objective_expr": "up"}, "promql needs a direction"),
+    (PROMQL, "promql needs objective_expr"),
+    ({"objective_expr": "up"}, "objective_expr is for the promql objective, not goodput"),
 ]
 
 
@@ -148,6 +155,22 @@ def test_bad_studies_are_refused_with_the_reason(
         assert answer.status_code == 422, (overrides, answer.text)
         assert reason in answer.json()["detail"], (overrides, answer.json())
     assert client.get(STUDIES, headers=auth["member"]).json() == [], "nothing half-created"
+
+
+def test_a_promql_objective(
+    client: TestClient, auth: dict[str, dict[str, str]], runtime: Runtime
+) -> None:
+    # Step timings are not required: the expression names the series it reads.
+    expr = "sum(rate(tl_tokens_total{job=$job}[1m]))"
+    created = client.post(
+        f"{JOBS}/silent/studies",
+        json=body(objective="promql", objective_expr=expr, direction="minimize", driven_by="agent"),
+        headers=auth["member"],
+    )
+    assert created.status_code == 201, created.text
+    study = created.json()
+    assert (study["objective"], study["direction"]) == ("promql", "minimize")
+    assert study["options"]["objective_expr"] == expr
 
 
 def test_a_job_without_step_timing_data_is_refused(

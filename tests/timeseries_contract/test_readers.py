@@ -14,8 +14,8 @@ import pytest
 from actuators.autoscaler.signals import fleet_metrics
 from actuators.job import measure
 from tests.timeseries_contract.conftest import T0, Subject
-from tuneloop.storage.timeseries.types import SeriesBatch
-from tuner import readings
+from tuneloop.storage.timeseries.types import SeriesBatch, SeriesKind
+from tuner import promql_objective, readings
 from tuner.readings import FB_FREE_METRIC, FB_USED_METRIC, THROUGHPUT_METRIC
 
 
@@ -96,3 +96,46 @@ def test_tuner_readings(subject: Subject) -> None:
     memory = readings.gpu_memory(backend, project, "train", start=T0, end=end)
     assert memory is not None
     assert (memory.peak_mib, memory.capacity_mib) == (1059.0, 10000.0)
+
+
+def test_tuner_promql_objective_window(subject: Subject) -> None:
+    times = [T0 + timedelta(seconds=s) for s in range(60)]
+    counter = SeriesKind.COUNTER
+    subject.write(
+        [
+            SeriesBatch(
+                "tl_tokens_total",
+                {"job": "train", "rank": "0"},
+                times,
+                [100.0 * s for s in range(60)],
+                counter,
+            ),
+            SeriesBatch(
+                "tl_tokens_total",
+                {"job": "train", "rank": "1"},
+                times,
+                [110.0 * s for s in range(60)],
+                counter,
+            ),
+            SeriesBatch(
+                "tl_tokens_total",
+                {"job": "other", "rank": "0"},
+                times,
+                [999.0 * s for s in range(60)],
+                counter,
+            ),
+        ]
+    )
+    start, end = T0 + timedelta(seconds=20), T0 + timedelta(seconds=59)
+    for expr in (
+        "sum(rate(tl_tokens_total{job=$job}[10s]))",
+        "rate(tl_tokens_total{job=$job}[10s])",
+    ):
+        samples = promql_objective.window_samples(
+            subject.backend, subject.project, "train", expr, start=start, end=end
+        )
+        # One per second after the start; the ranks' series summed.
+        assert [s.t for s in samples] == [
+            (start + timedelta(seconds=i)).timestamp() for i in range(1, 40)
+        ]
+        assert [s.value for s in samples] == pytest.approx([210.0] * 39), expr

@@ -81,7 +81,7 @@ def test_slo_throughput(p99: float, status: str, value: float | None) -> None:
 
 
 def test_registry_directions_and_defaults() -> None:
-    assert sorted(OBJECTIVES) == ["goodput", "slo_throughput", "step_time", "throughput"]
+    assert sorted(OBJECTIVES) == ["goodput", "promql", "slo_throughput", "step_time", "throughput"]
     assert get_objective("goodput").direction == "maximize"
     assert get_objective("step_time").direction == "minimize"
     assert default_objective("training").name == "goodput"

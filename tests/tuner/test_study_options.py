@@ -34,6 +34,16 @@ def test_round_trip_and_defaults() -> None:
     assert StudyOptions().memory == MemoryPolicy(enabled=True, headroom=0.1)
 
 
+def test_the_promql_objective_s_expression_is_kept_only_when_given() -> None:
+    expr = "sum(rate(tokens_total{job=$job}[1m]))"
+    options = StudyOptions(objective_expr=expr)
+    assert options.to_dict()["objective_expr"] == expr
+    assert StudyOptions.from_dict(options.to_dict()) == options
+    assert "objective_expr" not in StudyOptions().to_dict(), "stored options stay as they were"
+    with pytest.raises(OptionsError, match="objective_expr must be a PromQL expression"):
+        StudyOptions.from_dict({"objective_expr": 3})
+
+
 @pytest.mark.parametrize(
     ("data", "reason"),
     [
