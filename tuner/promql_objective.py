@@ -15,7 +15,6 @@ series in the result are summed step by step, as ``sum(...)`` would; write ``max
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Final
 
@@ -23,8 +22,6 @@ from tuneloop import promql
 from tuneloop.settings import get_settings
 from tuneloop.storage.prometheus.queries import promql_string
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
-from tuneloop.storage.timeseries.raw import RawSeries
-from tuneloop.storage.timeseries.types import Matcher
 from tuneloop.storage.types import to_micros
 from tuner.measurement import Sample
 from tuner.objectives import ObjectiveError
@@ -74,7 +71,9 @@ def window_samples(
     end_ms = to_micros(end) // 1000
     if end_ms < start_ms:
         return []
-    source = _Newest(promql.BackendSource(series, project_id, max_series=MAX_SERIES_PER_SELECTOR))
+    source = promql.NewestSampleTracker(
+        promql.BackendSource(series, project_id, max_series=MAX_SERIES_PER_SELECTOR)
+    )
     result = promql.query(
         source,
         expand(text, job_name),
@@ -101,22 +100,3 @@ def window_samples(
         for t, v in sorted(totals.items())
         if not math.isnan(v) and newest is not None and t < newest + step_ms
     ]
-
-
-class _Newest:
-    """A sample source that remembers the time of the newest sample it gave the engine."""
-
-    def __init__(self, inner: promql.SampleSource) -> None:
-        self.inner = inner
-        self.newest_ms: int | None = None
-
-    def count(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int, limit: int) -> int:
-        return self.inner.count(matchers, start_ms, end_ms, limit)
-
-    def read(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[RawSeries]:
-        found = self.inner.read(matchers, start_ms, end_ms)
-        for one in found:
-            if len(one.times_ms):
-                last = int(one.times_ms[-1])
-                self.newest_ms = last if self.newest_ms is None else max(self.newest_ms, last)
-        return found

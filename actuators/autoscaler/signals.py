@@ -18,7 +18,7 @@ selector, the range of a ``[...]``), and its time is the newest sample the engin
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -27,8 +27,6 @@ from actuators.autoscaler.spec import selector_parts
 from tuneloop import promql
 from tuneloop.settings import get_settings
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
-from tuneloop.storage.timeseries.raw import RawSeries
-from tuneloop.storage.timeseries.types import Matcher
 from tuneloop.storage.types import to_micros
 
 MAX_SERIES: Final = 1000
@@ -54,25 +52,6 @@ def _signal(
     return combine(sample.value for sample in found), max(s.ts for s in found).timestamp()
 
 
-class _Newest:
-    """A sample source that remembers the time of the newest sample it gave the engine."""
-
-    def __init__(self, inner: promql.SampleSource) -> None:
-        self.inner = inner
-        self.newest_ms: int | None = None
-
-    def count(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int, limit: int) -> int:
-        return self.inner.count(matchers, start_ms, end_ms, limit)
-
-    def read(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[RawSeries]:
-        found = self.inner.read(matchers, start_ms, end_ms)
-        for one in found:
-            if len(one.times_ms):
-                newest = int(one.times_ms[-1])
-                self.newest_ms = newest if self.newest_ms is None else max(self.newest_ms, newest)
-        return found
-
-
 def _expr_signal(
     series: TimeSeriesBackend,
     project_id: int,
@@ -83,7 +62,9 @@ def _expr_signal(
 ) -> tuple[float, float] | None:
     """An expression's series at ``now`` combined; ``None`` without any, or when the newest
     sample it read is older than ``since``."""
-    source = _Newest(promql.BackendSource(series, project_id, max_series=MAX_SERIES))
+    source = promql.NewestSampleTracker(
+        promql.BackendSource(series, project_id, max_series=MAX_SERIES)
+    )
     found = promql.instant_samples(
         source,
         text,

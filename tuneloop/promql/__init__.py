@@ -12,7 +12,7 @@ import promql_parser as ast
 
 from tuneloop.promql.evaluate import Evaluator
 from tuneloop.promql.parse import NOT_INSTANT, parse, parse_instant
-from tuneloop.promql.source import BackendSource
+from tuneloop.promql.source import BackendSource, NewestSampleTracker
 from tuneloop.promql.values import (
     ExecutionError,
     PromQLError,
@@ -28,6 +28,7 @@ from tuneloop.promql.values import (
 __all__ = [
     "BackendSource",
     "ExecutionError",
+    "NewestSampleTracker",
     "PromQLError",
     "QueryResult",
     "QueryTimeout",
