@@ -7,9 +7,9 @@ one whose rank 1 is slowed on purpose (a sleep in its forward pass). They run at
 against one control plane on a fresh SQLite store. The bench polls
 ``GET /api/v1/projects/demo/jobs/{job}/diagnosis`` (``--window``) every 2 s and records, per
 job: the time from start to its first diagnosis with data (steady running), the time from
-there to the first right verdict (with the slowed rank named, and no other), and after
-``--seconds`` of running the last verdict, its phase shares and stragglers. The 1-minute load
-average is recorded before and after::
+there and from the start to the first right verdict (with the slowed rank named, and no other),
+and after ``--seconds`` from the start the last verdict, its phase shares and stragglers. The
+1-minute load average is recorded before and after::
 
     .venv/bin/python bench/diagnosis_jobs.py --job all --seconds 90 --out diagnosis_jobs.json
 """
@@ -37,6 +37,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--seconds", type=float, default=90, help="run each job this long at least [90]"
     )
     parser.add_argument("--window", default="30s", help="the diagnosis window [30s]")
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="keep the store and the ranks' logs here [temp]"
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     return parser.parse_args(argv)
 
@@ -47,6 +50,7 @@ def summary(watch: Watch, final: dict[str, Any]) -> dict[str, Any]:
         "expected": watch.job.verdict,
         "expected_straggler": watch.job.straggler,
         "first_data_s": watch.first_data_s,
+        "start_to_right_s": watch.right_s,
         "steady_to_right_s": watch.steady_to_right_s,
         "verdict": final["verdict"],
         "right_at_end": verdict_jobs.is_right(watch.job, final),
@@ -62,7 +66,11 @@ def summary(watch: Watch, final: dict[str, Any]) -> dict[str, Any]:
 
 def show(row: dict[str, Any]) -> None:
     right = row["steady_to_right_s"]
-    took = f"{right:.0f} s after steady" if right is not None else "never right"
+    took = (
+        f"right {row['start_to_right_s']:.0f} s after start, {right:.0f} s after its first data"
+        if right is not None
+        else "never right"
+    )
     shares = ", ".join(f"{p} {v:.0%}" for p, v in sorted(row["shares"].items()))
     lagging = ", ".join(f"rank {s['rank']} in {s['metric']}" for s in row["stragglers"]) or "none"
     print(f"{row['job']:>9}: {row['verdict']} (want {row['expected']}; {took})")
@@ -75,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tuneloop-diagnosis-") as tmp:
-        workdir = Path(tmp)
+        workdir = args.dir or Path(tmp)
         data = workdir / "data"
         with control_plane(workdir, say=print) as plane:
             running: dict[str, tuple[VerdictJob, RunningJob]] = {}
