@@ -1,13 +1,14 @@
 """The diagnosis on real jobs: each verdict's job (tuneloop/demo/verdict_jobs.py), a real 2-rank
 PyTorch DDP job with the agent, runs under a real ``tuneloop up``; each gets its verdict through
 the API within a minute of steady running (its first diagnosis with data), the rank slowed on
-purpose is named as the straggler, and a job with no step timings gets
-``no_data``. The four jobs run at the same time against one control plane."""
+purpose is named as the straggler, each verdict stays right for the next 30 s, and a job with
+no step timings gets ``no_data``. The four jobs run at the same time against one control
+plane."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,8 @@ from tuneloop.demo.verdict_jobs import JOBS, VerdictJob, Watch
 
 WINDOW = "30s"
 STEADY_TO_RIGHT_S = 60.0
+HOLD_S = 30.0
+"""Once right, each verdict is read again for this long: it must stay right."""
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +38,16 @@ def watched(
         for job in JOBS.values():
             name = verdict_jobs.job_name(job)
             running[name] = (job, verdict_jobs.start(plane, job, workdir / "data", workdir / name))
-        yield verdict_jobs.watch(plane, running, window=WINDOW, timeout_s=STEADY_TO_RIGHT_S)
+        watches = verdict_jobs.watch(plane, running, window=WINDOW, timeout_s=STEADY_TO_RIGHT_S)
+        held = time.monotonic() + HOLD_S
+        while time.monotonic() < held:
+            time.sleep(3)
+            for name, (job, job_run) in running.items():
+                job_run.check_alive()
+                found = verdict_jobs.diagnosis(plane, name, WINDOW)
+                if not verdict_jobs.is_right(job, found):
+                    watches[name].wrong.append(found)
+        yield watches
     finally:
         for _, job_run in running.values():
             job_run.kill()
@@ -55,6 +67,7 @@ def test_each_job_gets_its_verdict_within_a_minute_of_steady_running(
     assert took is not None and took <= STEADY_TO_RIGHT_S, (
         f"{kind}: want {seen.job.verdict}, last answer {seen.last}"
     )
+    assert seen.wrong == [], "the verdict did not stay right"
 
 
 def test_the_slowed_rank_is_named_as_the_straggler(watched: dict[str, Watch]) -> None:
@@ -69,7 +82,7 @@ def test_the_slowed_rank_is_named_as_the_straggler(watched: dict[str, Watch]) ->
     assert lagging["seconds"] > lagging["others_median"] + 0.02  # 40 ms slower per forward
 
 
-def test_a_job_with_no_step_timings_gets_no_data(plane: ControlPlane, tmp_path: Path) -> None:
+def test_a_job_with_no_step_timings_gets_no_data(plane: ControlPlane) -> None:
     with plane.client() as client:
         response = client.post(plane.jobs_url, json={"name": "quiet", "status": "running"})
         check_response(response, "register the job")

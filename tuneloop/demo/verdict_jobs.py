@@ -16,7 +16,7 @@ Shared by ``bench/diagnosis_jobs.py`` and the tests that check each job gets its
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -132,6 +132,8 @@ class Watch:
     first_data_s: float | None = None
     right_s: float | None = None
     last: dict[str, Any] | None = None
+    wrong: list[dict[str, Any]] = field(default_factory=list)
+    """Answers read after the first right one that were not right."""
 
     @property
     def steady_to_right_s(self) -> float | None:
