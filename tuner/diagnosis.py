@@ -76,6 +76,9 @@ class RankTimings:
     phases: Mapping[str, Mapping[float, float]] = field(default_factory=dict)
     lowest: float | None = None
     """The smallest raw step or phase time in the window (a negative one is bad input)."""
+    step_max: Mapping[float, float] = field(default_factory=dict)
+    """The longest step of each bucket. Phases may be timed on only some steps (the agent's
+    ``phase_every``), so a bucket's phase mean is bounded by its longest step, not its mean."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,10 +166,11 @@ def bad_input(rank: RankTimings) -> str | None:
     """Why ``rank``'s timings cannot be true, or ``None``."""
     if rank.lowest is not None and rank.lowest < 0:
         return f"negative step or phase time ({rank.lowest:.4g} s)"
-    for bucket, step in sorted(rank.step.items()):
+    for bucket, mean_step in sorted(rank.step.items()):
         phases = {p: v[bucket] for p, v in rank.phases.items() if bucket in v}
         if not phases:
             continue
+        step = max(mean_step, rank.step_max.get(bucket, mean_step))
         longest, seconds = max(phases.items(), key=lambda item: item[1])
         if seconds > step * PHASE_OVER_STEP:
             return f"phase {longest} ({seconds:.4g} s) longer than its step ({step:.4g} s)"

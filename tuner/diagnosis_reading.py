@@ -86,7 +86,8 @@ def rank_timings(
     end: datetime,
     step_s: int,
 ) -> list[RankTimings]:
-    """Each rank's per-bucket mean step and phase times in ``[start, end)``, and its lowest."""
+    """Each rank's per-bucket mean step and phase times and longest step in ``[start, end)``,
+    and its lowest time."""
     matchers = [Matcher(JOB_LABEL, MatchOp.EQ, job_name)]
 
     def read(metric: str, aggregation: Aggregation, step: int) -> list[RangeSeries]:
@@ -99,6 +100,7 @@ def rank_timings(
     lowest: dict[str, float] = {}
     for one in read(STEP_DURATION, Aggregation.AVG, step_s):
         steps[_rank(one)] = _points(one)
+    longest = {_rank(one): _points(one) for one in read(STEP_DURATION, Aggregation.MAX, step_s)}
     for one in read(PHASE_DURATION, Aggregation.AVG, step_s):
         phase = one.series.labels.get(PHASE_LABEL, "")
         phases[_rank(one)][phase] = _points(one)
@@ -111,7 +113,9 @@ def rank_timings(
                 lowest[rank] = min(lowest.get(rank, math.inf), *values)
     names = sorted(steps.keys() | phases.keys(), key=_rank_order)
     return [
-        RankTimings(rank, steps.get(rank, {}), phases.get(rank, {}), lowest.get(rank))
+        RankTimings(
+            rank, steps.get(rank, {}), phases.get(rank, {}), lowest.get(rank), longest.get(rank, {})
+        )
         for rank in names
     ]
 

@@ -66,3 +66,26 @@ def test_the_agent_imports_no_server_package() -> None:
     )
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_steps_phases_reach_the_exporter_with_their_step() -> None:
+    """A batch processor exporting on a timer must not split a step: its phases are handed on
+    only when the step ends (otherwise early phases are stored as separate samples)."""
+    exporter = InMemorySpanExporter()
+    tracer = StepTracer(None, None, "llama", span_processor=SimpleSpanProcessor(exporter))
+    with tracer.step(1) as step:
+        with step.phase("data_loading"):
+            pass
+        with step.phase("forward"):
+            pass
+        assert exporter.get_finished_spans() == ()  # held while the step runs
+        with step.phase("backward"):
+            pass
+    names = [s.name for s in exporter.get_finished_spans()]
+    assert names == [
+        "tuneloop.phase.data_loading",
+        "tuneloop.phase.forward",
+        "tuneloop.phase.backward",
+        "tuneloop.step",
+    ]
+    tracer.shutdown()

@@ -72,6 +72,17 @@ def test_bad_input_reasons() -> None:
     assert bad_input(negative) == "negative step or phase time (-0.5 s)"
 
 
+def test_a_phase_timed_on_a_slow_step_is_bounded_by_the_buckets_longest_step() -> None:
+    """Seen on a real DDP job timing phases every 10th step: a bucket's 20 steps average 50 ms,
+    the one step with phases took 80 ms, 71 ms of it in grad_sync. Not impossible: the phase
+    is inside its own step, the longest of the bucket."""
+    sampled = RankTimings("0", {0.0: 0.050}, {"grad_sync": {0.0: 0.071}}, step_max={0.0: 0.080})
+    assert bad_input(sampled) is None
+    longer = RankTimings("0", {0.0: 0.050}, {"grad_sync": {0.0: 0.090}}, step_max={0.0: 0.080})
+    reason = bad_input(longer)
+    assert reason is not None and reason.startswith("phase grad_sync")
+
+
 def test_no_straggler_with_one_rank_or_too_few_buckets() -> None:
     assert stragglers([rank("0", 1.0)]) == []
     short = [rank("0", 1.0, buckets=3), rank("1", 1.0, buckets=3), rank("2", 2.0, buckets=3)]

@@ -9,6 +9,7 @@ in batches off the training thread, so a step costs a few tens of microseconds.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from contextlib import nullcontext
 from types import TracebackType
@@ -23,7 +24,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, Status, StatusCode, set_span_in_context
 
@@ -45,6 +46,49 @@ def _watched_session(what: str) -> requests.Session:
     session = requests.Session()
     session.hooks["response"].append(note)
     return session
+
+
+PHASE_PREFIX = "tuneloop.phase."
+
+
+class WholeSteps(SpanProcessor):
+    """Hands a step's phase spans to ``inner`` only when their step span ends, together with
+    it: a batch processor exporting on a timer would otherwise split a long step's spans across
+    two requests, and its early phases would be stored as separate samples of the step's phase
+    time (docs/step-timing.md)."""
+
+    def __init__(self, inner: SpanProcessor) -> None:
+        self._inner = inner
+        self._held: dict[int, list[ReadableSpan]] = {}
+        self._lock = threading.Lock()
+
+    def on_start(self, span: Any, parent_context: Context | None = None) -> None:
+        self._inner.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        parent = span.parent
+        if span.name.startswith(PHASE_PREFIX) and parent is not None:
+            with self._lock:
+                self._held.setdefault(parent.span_id, []).append(span)
+            return
+        held: list[ReadableSpan] = []
+        if span.context is not None:
+            with self._lock:
+                held = self._held.pop(span.context.span_id, [])
+        for phase in held:
+            self._inner.on_end(phase)
+        self._inner.on_end(span)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            orphans = [span for spans in self._held.values() for span in spans]
+            self._held.clear()
+        for span in orphans:  # phases whose step never ended: still time spent
+            self._inner.on_end(span)
+        self._inner.shutdown()
 
 
 class StepTracer:
@@ -101,7 +145,7 @@ class StepTracer:
                 export_interval_millis=max(1000, int(export_interval_s * 1000)),
             )
         self._provider = TracerProvider(resource=self.resource)
-        self._provider.add_span_processor(span_processor)
+        self._provider.add_span_processor(WholeSteps(span_processor))
         self._tracer = self._provider.get_tracer("tuneloop.agent")
         self._meters = MeterProvider(
             resource=self.resource, metric_readers=[metric_reader] if metric_reader else []
@@ -112,7 +156,7 @@ class StepTracer:
             callbacks=[self._observe_noise_scale],
             description="Gradient noise scale B_simple, in samples",
         )
-        self._phase_names = {name: f"tuneloop.phase.{name}" for name in PHASES}
+        self._phase_names = {name: f"{PHASE_PREFIX}{name}" for name in PHASES}
 
     def step(
         self,
@@ -167,7 +211,7 @@ class StepSpan:
         every = self._tracer.phase_every
         if every > 1 and (self.number is None or self.number % every):
             return _NO_PHASE
-        span_name = self._tracer._phase_names.get(name) or f"tuneloop.phase.{name}"
+        span_name = self._tracer._phase_names.get(name) or f"{PHASE_PREFIX}{name}"
         return PhaseSpan(self._tracer, span_name, self._context)
 
     def __exit__(

@@ -34,7 +34,9 @@ their steps, the final config and learning rate, the gradient noise scale estima
 Two costs are emulated so that the knobs matter as on a real cluster, both documented in the
 output and in ``docs/demo.md``: ``--input-delay-ms`` per micro-batch (an input pipeline's
 latency: small batches pay it more often) and ``--sync-latency-ms`` per gradient all-reduce
-(a slower interconnect than loopback: syncing less often saves it).
+(a slower interconnect than loopback: syncing less often saves it). ``--slow-rank N
+--slow-rank-ms X`` makes rank ``N`` sleep ``X`` ms in each forward pass: one rank slower than
+the others, as on a throttled GPU (the straggler the diagnosis names).
 """
 
 from __future__ import annotations
@@ -160,6 +162,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         noise_every=5,
     )
     input_delay_s, sync_latency_s = args.input_delay_ms / 1000, args.sync_latency_ms / 1000
+    forward_delay_s = args.slow_rank_ms / 1000 if rank == args.slow_rank else 0.0
     stop_file = Path(args.stop_file) if args.stop_file else None
     eval_every = args.eval_every_samples or workload.eval_every_samples
     time_budget_s = args.time_budget_s or workload.time_budget_s
@@ -185,6 +188,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     time.sleep(input_delay_s)
                 last = micro == training.sync_period - 1
                 with timed.phase("forward"):
+                    time.sleep(forward_delay_s)
                     micro_loss = loss(model(xb), yb) / training.sync_period
                 with timed.phase("grad_sync" if last else "backward"):
                     # the last micro-batch's backward all-reduces
@@ -245,6 +249,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "emulation": {
             "input_delay_ms": args.input_delay_ms,
             "sync_latency_ms": args.sync_latency_ms,
+            **(
+                {"slow_rank": args.slow_rank, "slow_rank_ms": args.slow_rank_ms}
+                if args.slow_rank_ms
+                else {}
+            ),
         },
     }
     if args.mode == "tune":
@@ -272,6 +281,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--stop-file", default=None)
     parser.add_argument("--input-delay-ms", type=float, default=2.0)
     parser.add_argument("--sync-latency-ms", type=float, default=25.0)
+    parser.add_argument("--slow-rank", type=int, default=1, help="the rank --slow-rank-ms slows")
+    parser.add_argument("--slow-rank-ms", type=float, default=0.0, help="per forward pass [0]")
     parser.add_argument("--workload", choices=workloads.names(), default=DIGITS.name)
     parser.add_argument(
         "--target",
