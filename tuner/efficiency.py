@@ -98,7 +98,8 @@ def efficiency(
     if flops is None:
         return None
     if not (math.isfinite(flops) and flops > 0):
-        return Efficiency(flops, None, None, None, None, None, f"FLOPs per sample {flops:g} <= 0")
+        why = f"FLOPs per sample must be a positive number, got {flops:g}"
+        return Efficiency(flops, None, None, None, None, None, why)
     per_gpu = [
         rate / max(1, work.gpus_per_rank.get(rank, 1))
         for rank in ranks
