@@ -157,3 +157,17 @@ def _null() -> Any:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     return SimpleSpanProcessor(InMemorySpanExporter())
+
+
+def test_the_flops_and_the_peak_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TUNELOOP_FLOPS_PER_SAMPLE", "2.5e9")
+    monkeypatch.setenv("TUNELOOP_PEAK_FLOPS_PER_GPU", "1.2e14")
+    agent = Agent.from_env(
+        url="http://127.0.0.1:9", token="-", job="j", rank=1, world_size=2, tracer=None
+    )
+    try:
+        assert agent.tracer is not None
+        assert (agent.tracer.flops_per_sample, agent.tracer.peak_flops_per_gpu) == (2.5e9, 1.2e14)
+    finally:
+        assert agent.tracer is not None
+        agent.tracer.shutdown()
