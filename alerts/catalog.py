@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 
-from tuneloop.step_timing import DIAGNOSIS_SERIES, STEP_TIMING_SERIES
+from tuneloop.step_timing import AGENT_GAUGES, DIAGNOSIS_SERIES, STEP_TIMING_SERIES
 from tuneloop.storage.timeseries.types import SeriesKind
 
 _COUNTERS_PACKAGE = "collector.sources"
@@ -49,7 +49,7 @@ _HOST: Mapping[str, SeriesKind] = {
 }
 
 _STEP_TIMING: Mapping[str, SeriesKind] = {
-    name: SeriesKind.GAUGE for name in (*STEP_TIMING_SERIES, *DIAGNOSIS_SERIES)
+    name: SeriesKind.GAUGE for name in (*STEP_TIMING_SERIES, *AGENT_GAUGES, *DIAGNOSIS_SERIES)
 }
 
 

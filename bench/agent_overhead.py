@@ -104,7 +104,9 @@ def control_plane(data_dir: Path) -> Iterator[tuple[str, str, str]]:
             server.kill()
 
 
-def run_block(work: Callable[[], None], steps: int, agent: Agent | None, first: int) -> float:
+def run_block(
+    work: Callable[[], None], steps: int, agent: Agent | None, first: int, report: bool = True
+) -> float:
     """Mean CPU time of this (the training) thread per step, bare (``agent`` None) or
     instrumented. The exporter's own thread is not counted: in a job it runs beside the
     training loop on another core."""
@@ -115,10 +117,12 @@ def run_block(work: Callable[[], None], steps: int, agent: Agent | None, first: 
                 work()
             continue
         agent.pending()
-        with agent.step(step, samples=64) as timed:
+        with agent.step(step, samples=64, tokens=64 * 512) as timed:
             for phase in PHASES:
                 with timed.phase(phase):  # type: ignore[union-attr]
                     work()
+        if report:  # what a job adds per step beyond its spans
+            agent.record(grad_norm=1.0 + step % 7, learning_rate=0.01)
     return (time.thread_time() - start) / steps
 
 
@@ -140,11 +144,16 @@ def noop() -> None:
     pass
 
 
-def instrumentation_only(agent: Agent, steps: int) -> float:
+def instrumentation_only(agent: Agent, steps: int) -> dict[bool, list[float]]:
     """CPU time per step of the agent's per-step work alone (no training work), the same
-    instrumented loop with empty phases: the cost that the block ratios are noisy about."""
+    instrumented loop with empty phases: the cost that the block ratios are noisy about.
+    With and without the per-step reports (gradient norm, learning rate), interleaved."""
     run_block(noop, steps, agent, 0)  # warm
-    return statistics.median(run_block(noop, steps, agent, i * steps) for i in range(1, 6))
+    timed: dict[bool, list[float]] = {True: [], False: []}
+    for i in range(1, 11):
+        report = i % 2 == 0
+        timed[report].append(run_block(noop, steps, agent, i * steps, report))
+    return timed
 
 
 def change_latency(
@@ -203,7 +212,14 @@ def run(args: argparse.Namespace) -> None:
         http.post(jobs, json={"name": "bench-job", "status": "running"}).raise_for_status()
         http.put(f"{jobs}/bench-job/actuator", json=policy).raise_for_status()
         http.close()
-        agent = Agent(url=url, token=token, project="bench", job="bench-job", poll_timeout_s=30)
+        agent = Agent(
+            url=url,
+            token=token,
+            project="bench",
+            job="bench-job",
+            poll_timeout_s=30,
+            flops_per_sample=1e9,
+        )
         agent.start({"batch_size": 32})
         deadline = time.monotonic() + 30
         while agent.version == 0 and time.monotonic() < deadline:
@@ -211,10 +227,12 @@ def run(args: argparse.Namespace) -> None:
             time.sleep(0.01)
         ratios = overhead(work, agent, args.blocks, args.steps)
         bare_step = statistics.median(run_block(work, args.steps, None, 0) for _ in range(3))
-        alone = instrumentation_only(agent, 1000)
+        per_block = instrumentation_only(agent, 1000)
         latencies, step_s = change_latency(work, agent, url, member, "bench-job", args.changes)
         agent.close()
     bare = statistics.median(ratios)
+    alone, spans_only = (statistics.median(per_block[r]) for r in (True, False))
+    ranges = {r: f"{min(v) * 1e6:.0f}-{max(v) * 1e6:.0f} us" for r, v in per_block.items()}
     print(f"step work: {args.step_ms:.0f} ms of CPU; wall time per step {step_s * 1000:.1f} ms")
     print(
         f"overhead: median {bare * 100:+.2f}% over {len(ratios)} block pairs "
@@ -222,7 +240,9 @@ def run(args: argparse.Namespace) -> None:
     )
     print(
         f"instrumentation alone: {alone * 1e6:.0f} us CPU per step = "
-        f"{alone / bare_step * 100:.2f}% of the bare step's {bare_step * 1000:.1f} ms CPU"
+        f"{alone / bare_step * 100:.2f}% of the bare step's {bare_step * 1000:.1f} ms CPU; "
+        f"range {ranges[True]}; without the per-step reports {spans_only * 1e6:.0f} us, range "
+        f"{ranges[False]} (5 blocks of 1000 steps each, interleaved)"
     )
     over = sorted(lat - step_s for lat in latencies)
     print(

@@ -87,6 +87,9 @@ class Settings(BaseSettings):
     """How often rollups and retention run."""
     tuner_interval_s: float = Field(default=10.0, gt=0)
     """How often the tuning loop visits each running study."""
+    peak_flops: float | None = Field(default=None, gt=0)
+    """Peak FLOP/s of one GPU for the diagnosis's MFU, over the built-in table by GPU model
+    (a job's own declared peak still wins); for GPUs the table lacks or clocks it misstates."""
     task_queue: str = Field(default="tuneloop", min_length=1, max_length=200)
     """Celery queue of tuneloop's tasks (workers, beat and senders of one deployment agree)."""
     actuator_interval_s: float = Field(default=5.0, gt=0)

@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Final
 
 from tuneloop.window_stats import window_stats
+from tuner.efficiency import TERA, Efficiency, Throughput, efficiency
 
 DATA_PHASE: Final = "data_loading"
 SYNC_PHASE: Final = "grad_sync"
@@ -88,6 +89,10 @@ class GpuActivity:
     utilization: float | None = None
     sm_active: float | None = None
     dram_active: float | None = None
+    tensor_active: float | None = None
+    """DCGM's tensor-pipe activity: the share of cycles the tensor cores are busy."""
+    model_names: tuple[str, ...] = ()
+    """The GPUs' model names (``modelName``), for the peak of :mod:`tuner.efficiency`."""
     metrics: tuple[str, ...] = ()
     """The series the figures come from."""
 
@@ -132,10 +137,18 @@ class Diagnosis:
     excluded: tuple[Excluded, ...] = ()
     gpu: GpuActivity | None = None
     ranks: int = 0
+    efficiency: Efficiency | None = None
 
 
-def diagnose(ranks: Sequence[RankTimings], gpu: GpuActivity | None = None) -> Diagnosis:
-    """The diagnosis of a job from its ranks' timings over one window."""
+def diagnose(
+    ranks: Sequence[RankTimings],
+    gpu: GpuActivity | None = None,
+    work: Throughput | None = None,
+    *,
+    setting_peak: float | None = None,
+) -> Diagnosis:
+    """The diagnosis of a job from its ranks' timings over one window; with ``work`` (what the
+    job reports of its FLOPs and samples) its efficiency against the GPUs' peak too."""
     excluded = [Excluded(r.rank, why) for r in ranks if (why := bad_input(r)) is not None]
     bad = {e.rank for e in excluded}
     valid = [r for r in ranks if r.rank not in bad and r.step]
@@ -149,6 +162,15 @@ def diagnose(ranks: Sequence[RankTimings], gpu: GpuActivity | None = None) -> Di
     shares = phase_shares(valid)
     step_mean = statistics.fmean(v for r in valid for v in r.step.values())
     verdict, evidence = judge({s.phase: s.share for s in shares}, gpu)
+    names = gpu.model_names if gpu is not None else ()
+    found = None
+    if work is not None:
+        found = efficiency(work, (r.rank for r in valid), names, setting_peak)
+    if found is not None and found.mfu is not None and found.achieved_flops is not None:
+        evidence.append(
+            f"MFU {found.mfu:.0%}: {found.achieved_flops / TERA:.4g} of "
+            f"{(found.peak_flops or 0) / TERA:.4g} TFLOP/s per GPU ({found.peak_source})"
+        )
     return Diagnosis(
         verdict=verdict,
         summary=_SUMMARIES[verdict],
@@ -159,6 +181,7 @@ def diagnose(ranks: Sequence[RankTimings], gpu: GpuActivity | None = None) -> Di
         excluded=tuple(excluded),
         gpu=gpu,
         ranks=len(valid),
+        efficiency=found,
     )
 
 

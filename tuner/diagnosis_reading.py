@@ -18,11 +18,18 @@ from typing import Final
 
 from sqlalchemy import Connection, Engine, select
 
-from tuneloop.step_timing import PHASE_DURATION, STEP_DURATION
+from tuneloop.step_timing import (
+    FLOPS_PER_SAMPLE,
+    PEAK_FLOPS,
+    PHASE_DURATION,
+    SAMPLES_PER_SECOND,
+    STEP_DURATION,
+)
 from tuneloop.storage.models import Job, JobGpu
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp, RangeSeries
 from tuner.diagnosis import Diagnosis, GpuActivity, RankTimings, diagnose
+from tuner.efficiency import Throughput
 from tuner.readings import JOB_LABEL, RANK_LABEL, UUID_LABEL, job_gpu_uuids
 
 Bind = Engine | Connection
@@ -35,6 +42,14 @@ GPU_UTIL_METRIC: Final = "DCGM_FI_DEV_GPU_UTIL"
 """Percent of time a kernel ran (0-100)."""
 SM_ACTIVE_METRIC: Final = "DCGM_FI_PROF_SM_ACTIVE"
 DRAM_ACTIVE_METRIC: Final = "DCGM_FI_PROF_DRAM_ACTIVE"
+TENSOR_ACTIVE_METRIC: Final = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+ACTIVITY_METRICS: Final = (
+    GPU_UTIL_METRIC,
+    SM_ACTIVE_METRIC,
+    DRAM_ACTIVE_METRIC,
+    TENSOR_ACTIVE_METRIC,
+)
+MODEL_NAME_LABEL: Final = "modelName"
 GPU_INDEX_LABEL: Final = "gpu"
 
 
@@ -53,15 +68,18 @@ def job_diagnosis(
     *,
     end: datetime,
     window: timedelta = DEFAULT_WINDOW,
+    peak_flops: float | None = None,
 ) -> Diagnosis:
-    """The diagnosis of ``job`` over ``[end - window, end)``."""
+    """The diagnosis of ``job`` over ``[end - window, end)``; ``peak_flops``: the operator's
+    peak FLOP/s per GPU, over the table's (a job's declared peak still wins)."""
     start = end - window
     step_s = max(1, math.ceil(window.total_seconds() / BUCKETS))
     ranks = rank_timings(series, job.project_id, job.name, start=start, end=end, step_s=step_s)
     places = rank_places(bind, job.id)
     uuids = job_gpu_uuids(job.labels, (u for p in places.values() for u in p.gpu_uuids))
     gpu = gpu_activity(series, job.project_id, job.name, uuids, start=start, end=end)
-    found = diagnose(ranks, gpu)
+    work = throughput(series, job.project_id, job.name, places, start=start, end=end)
+    found = diagnose(ranks, gpu, work, setting_peak=peak_flops)
     if not found.stragglers:
         return found
     lagging = [u for lag in found.stragglers for u in _uuids(places.get(lag.rank))]
@@ -149,11 +167,13 @@ def gpu_activity(
     """Mean DCGM activity of the job's GPUs (those labelled with the job, or listed by UUID) in
     ``[start, end)``, or ``None`` when DCGM reports none of it."""
     means: dict[str, float] = {}
-    for metric in (GPU_UTIL_METRIC, SM_ACTIVE_METRIC, DRAM_ACTIVE_METRIC):
+    models: set[str] = set()
+    for metric in ACTIVITY_METRICS:
         found = _job_gpu_series(series, project_id, metric, job_name, gpu_uuids, start, end)
         values = [v for one in found for _, v in one.points if math.isfinite(v)]
         if values:
             means[metric] = sum(values) / len(values)
+        models.update(n for one in found if (n := one.series.labels.get(MODEL_NAME_LABEL)))
     if not means:
         return None
     util = means.get(GPU_UTIL_METRIC)
@@ -161,7 +181,50 @@ def gpu_activity(
         utilization=None if util is None else util / 100.0,
         sm_active=means.get(SM_ACTIVE_METRIC),
         dram_active=means.get(DRAM_ACTIVE_METRIC),
+        tensor_active=means.get(TENSOR_ACTIVE_METRIC),
+        model_names=tuple(sorted(models)),
         metrics=tuple(sorted(means)),
+    )
+
+
+def throughput(
+    series: TimeSeriesBackend,
+    project_id: int,
+    job_name: str,
+    places: dict[str, RankPlace],
+    *,
+    start: datetime,
+    end: datetime,
+) -> Throughput:
+    """What the job reports of its work in ``[start, end)``: FLOPs per sample and a declared
+    peak (window means over its ranks), and each rank's mean samples per second."""
+    matchers = [Matcher(JOB_LABEL, MatchOp.EQ, job_name)]
+    whole = max(1, math.ceil((end - start).total_seconds()))
+
+    def means(metric: str) -> dict[str, float]:
+        found = series.query_range(
+            project_id,
+            metric,
+            matchers,
+            start=start,
+            end=end,
+            step_s=whole,
+            aggregation=Aggregation.AVG,
+        )
+        per_rank: dict[str, list[float]] = defaultdict(list)
+        for one in found:
+            per_rank[_rank(one)] += [v for _, v in one.points if math.isfinite(v)]
+        return {rank: sum(v) / len(v) for rank, v in per_rank.items() if v}
+
+    def job_mean(metric: str) -> float | None:
+        values = list(means(metric).values())
+        return sum(values) / len(values) if values else None
+
+    return Throughput(
+        flops_per_sample=job_mean(FLOPS_PER_SAMPLE),
+        samples_per_second=means(SAMPLES_PER_SECOND),
+        gpus_per_rank={rank: len(place.gpu_uuids) for rank, place in places.items()},
+        declared_peak=job_mean(PEAK_FLOPS),
     )
 
 
@@ -173,7 +236,7 @@ def gpu_names(
     """``UUID -> index`` (DCGM's ``gpu`` label) for the GPUs whose DCGM series name it."""
     names: dict[str, str] = {}
     for uuid in gpu_uuids:
-        for metric in (GPU_UTIL_METRIC, SM_ACTIVE_METRIC, DRAM_ACTIVE_METRIC):
+        for metric in ACTIVITY_METRICS:
             found = series.find_series(project_id, metric, [Matcher(UUID_LABEL, MatchOp.EQ, uuid)])
             if found and GPU_INDEX_LABEL in found[0].labels:
                 names[uuid] = found[0].labels[GPU_INDEX_LABEL]

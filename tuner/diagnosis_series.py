@@ -16,7 +16,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tuneloop.step_timing import PHASE_SHARE, STRAGGLER_RATIO, VERDICT
+from tuneloop.step_timing import MFU, PHASE_SHARE, STRAGGLER_RATIO, VERDICT
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import Job
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
@@ -46,6 +46,9 @@ def diagnosis_batches(job: str, found: Diagnosis, at: datetime) -> list[SeriesBa
             labels["gpu"] = ",".join(lag.gpus)
         ratio = lag.excess / lag.others_median if lag.others_median > 0 else 0.0
         batches.append(SeriesBatch(STRAGGLER_RATIO, labels, [at], [ratio]))
+    work = found.efficiency
+    if work is not None and work.mfu is not None:
+        batches.append(SeriesBatch(MFU, {"job": job}, [at], [work.mfu]))
     return batches
 
 
@@ -61,15 +64,19 @@ def diagnose_job(
     series: TimeSeriesBackend | None = None,
     *,
     now: datetime | None = None,
+    peak_flops: float | None = None,
 ) -> Diagnosis | None:
-    """Diagnose one job and write the gauges; ``None`` when it is gone."""
+    """Diagnose one job and write the gauges; ``None`` when it is gone. ``peak_flops``: the
+    operator's peak FLOP/s per GPU (``TUNELOOP_PEAK_FLOPS``)."""
     at = now or utcnow()
     with session_scope(sessions) as session:
         job = session.get(Job, job_id)
         if job is None:
             return None
         connection = session.connection()
-        found = job_diagnosis(series or StoreBackend(connection), connection, job, end=at)
+        found = job_diagnosis(
+            series or StoreBackend(connection), connection, job, end=at, peak_flops=peak_flops
+        )
         project_id, batches = job.project_id, diagnosis_batches(job.name, found, at)
         engine = connection.engine
     # Written once the reads' transaction is over: SQLite lets one writer in at a time.
@@ -79,11 +86,16 @@ def diagnose_job(
     return found
 
 
-def run_diagnosis(sessions: sessionmaker[Session], series: TimeSeriesBackend | None = None) -> None:
+def run_diagnosis(
+    sessions: sessionmaker[Session],
+    series: TimeSeriesBackend | None = None,
+    *,
+    peak_flops: float | None = None,
+) -> None:
     """The periodic task: every running training job, one after another."""
     for job_id in running_jobs(sessions):
         try:
-            diagnose_job(sessions, job_id, series)
+            diagnose_job(sessions, job_id, series, peak_flops=peak_flops)
         except Exception:
             # One bad job must not starve the others; it is tried again next pass.
             log.exception("diagnosis of job %s failed; it runs again at the next pass", job_id)

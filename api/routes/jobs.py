@@ -216,5 +216,12 @@ def read_diagnosis(
     until = utcnow() if end is None else time_param(end, "end")
     span = timedelta(seconds=window_s)
     with bounded_read(session, client) as connection:
-        found = job_diagnosis(runtime.series(connection), connection, job, end=until, window=span)
+        found = job_diagnosis(
+            runtime.series(connection),
+            connection,
+            job,
+            end=until,
+            window=span,
+            peak_flops=runtime.settings.peak_flops,
+        )
     return DiagnosisOut.of(job.name, until - span, until, found)

@@ -9,6 +9,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from tuner.diagnosis import Diagnosis, GpuActivity, Verdict
+from tuner.efficiency import Efficiency
 
 
 def _finite(value: float) -> float | None:
@@ -43,6 +44,10 @@ class GpuActivityOut(BaseModel):
     utilization: float | None = Field(description="DCGM_FI_DEV_GPU_UTIL / 100, window mean")
     sm_active: float | None = Field(description="DCGM_FI_PROF_SM_ACTIVE, window mean")
     dram_active: float | None = Field(description="DCGM_FI_PROF_DRAM_ACTIVE, window mean")
+    tensor_active: float | None = Field(
+        description="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (tensor-pipe activity), window mean"
+    )
+    model_names: list[str] = Field(description="The GPUs' modelName labels")
     metrics: list[str]
 
     @classmethod
@@ -51,7 +56,31 @@ class GpuActivityOut(BaseModel):
             utilization=gpu.utilization,
             sm_active=gpu.sm_active,
             dram_active=gpu.dram_active,
+            tensor_active=gpu.tensor_active,
+            model_names=list(gpu.model_names),
             metrics=list(gpu.metrics),
+        )
+
+
+class EfficiencyOut(BaseModel):
+    flops_per_sample: float = Field(description="As the job declares it (forward + backward)")
+    samples_per_second: float | None = Field(description="Per GPU, mean over the ranks judged")
+    achieved_flops: float | None = Field(description="FLOP/s per GPU")
+    peak_flops: float | None = Field(description="Peak FLOP/s of one GPU")
+    peak_source: str | None = Field(description="'job', 'setting' or 'table: <model name>'")
+    mfu: float | None = Field(description="achieved / peak (0-1); null when excluded")
+    excluded: str | None = Field(description="Why there is no MFU (a figure over the peak...)")
+
+    @classmethod
+    def of(cls, found: Efficiency) -> EfficiencyOut:
+        return cls(
+            flops_per_sample=found.flops_per_sample,
+            samples_per_second=found.samples_per_second,
+            achieved_flops=found.achieved_flops,
+            peak_flops=found.peak_flops,
+            peak_source=found.peak_source,
+            mfu=found.mfu,
+            excluded=found.excluded,
         )
 
 
@@ -68,6 +97,9 @@ class DiagnosisOut(BaseModel):
     stragglers: list[StragglerOut]
     excluded: list[ExcludedOut] = Field(description="Ranks left out of the verdict, and why")
     gpu: GpuActivityOut | None = Field(description="The job's GPUs' activity; null if unreported")
+    efficiency: EfficiencyOut | None = Field(
+        description="MFU against the GPUs' peak; null when the job reports no FLOPs per sample"
+    )
 
     @classmethod
     def of(cls, job: str, start: datetime, end: datetime, found: Diagnosis) -> DiagnosisOut:
@@ -105,4 +137,5 @@ class DiagnosisOut(BaseModel):
             ],
             excluded=[ExcludedOut(rank=e.rank, reason=e.reason) for e in found.excluded],
             gpu=None if found.gpu is None else GpuActivityOut.of(found.gpu),
+            efficiency=None if found.efficiency is None else EfficiencyOut.of(found.efficiency),
         )

@@ -83,6 +83,15 @@ def job() -> Board:
     )
     board.add(
         "timeseries",
+        "MFU (diagnosis)",
+        "Model FLOPs utilisation: achieved FLOP/s per GPU over the GPU's peak, from the FLOPs "
+        "per sample the job reports (tuneloop_job_mfu_ratio, docs/diagnosis.md). Empty when the "
+        "job reports none, or when its figure implies more than the peak.",
+        grouped_sql("tuneloop_job_mfu_ratio", "'MFU'", JOB_FILTER, "avg(avg)"),
+        unit="percentunit",
+    )
+    board.add(
+        "timeseries",
         "Samples per second (all ranks)",
         "Training throughput: the samples per second of all ranks together.",
         grouped_sql("tuneloop_samples_per_second", "'samples/s'", JOB_FILTER, "sum(avg)"),

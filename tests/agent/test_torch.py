@@ -8,10 +8,15 @@ from typing import Any
 
 import pytest
 import torch
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from torch import nn
 
 from tests.agent.conftest import Live
 from tests.agent.test_subscription import desire, make_agent, wait_for
+from tuneloop.agent import Agent
+from tuneloop.agent.steps import StepTracer
 from tuneloop.agent.torch import TunedTraining
 
 
@@ -75,3 +80,45 @@ def test_batch_size_sync_period_and_lr_change_live(live: Live) -> None:
         assert training.version == 3 and training.batch_size == 4
     finally:
         agent.close()
+
+
+def test_each_step_reports_its_samples_tokens_learning_rate_and_gradient_norm() -> None:
+    spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
+    tracer = StepTracer(
+        None, None, "j", rank=1, span_processor=SimpleSpanProcessor(spans), metric_reader=reader
+    )
+    agent = Agent(url="http://127.0.0.1:9", token="-", job="j", rank=1, world_size=2, tracer=tracer)
+    model = nn.Linear(4, 2)
+    training = TunedTraining(
+        agent,
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.25),
+        make_loader,
+        config={"batch_size": 8, "sync_period": 2},
+        lr_scaling=None,
+        tokens_per_sample=32,
+    )
+    norms = []
+    for step in range(3):
+        with training.step(step) as timed:
+            for x, y in training.micro_batches(timed):
+                nn.functional.cross_entropy(model(x), y).backward()
+            timed.grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9)
+            norms.append(float(timed.grad_norm))
+            training.optimizer.step()
+            training.optimizer.zero_grad()
+    step_span = [s for s in spans.get_finished_spans() if s.name == "tuneloop.step"][-1]
+    assert step_span.attributes is not None
+    assert step_span.attributes["tuneloop.samples"] == 16
+    assert step_span.attributes["tuneloop.tokens"] == 16 * 32
+    data = reader.get_metrics_data()
+    assert data is not None
+    points = {
+        m.name: [(p.value, dict(p.attributes or {})) for p in m.data.data_points]
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    assert points["tuneloop.learning_rate"] == [(0.25, {"rank": "1"})]
+    assert points["tuneloop.grad_norm"] == [(pytest.approx(norms[-1]), {"rank": "1"})]
+    agent.close()

@@ -11,9 +11,10 @@ from sqlalchemy import Engine
 
 from tests.api.conftest import Minter, bearer
 from tests.helpers import cli_runner
-from tests.tuner.stepspans import write_steps
+from tests.tuner.stepspans import write_gauge, write_steps
 from tuneloop.cli import app
 from tuneloop.runtime import Runtime
+from tuneloop.step_timing import FLOPS_PER_SAMPLE, SAMPLES_PER_SECOND
 from tuneloop.storage.types import utcnow
 
 JOBS = "/api/v1/projects/alpha/jobs"
@@ -125,3 +126,41 @@ def test_cli_job_diagnose(
         assert missing.exit_code == 1 and "does not exist" in missing.output
         bad = cli.invoke(app, ["job", "diagnose", "llama", "--window", "soon"])
         assert bad.exit_code == 2 and "--window" in bad.output
+
+
+def test_mfu_and_tensor_activity_in_the_api_and_the_cli(
+    client: TestClient,
+    tokens: dict[str, dict[str, str]],
+    engine: Engine,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    end = utcnow().replace(microsecond=0)
+    for name, flops in (("llama", 6 * 1e9 * 2048), ("bogus", 1e16)):
+        job = client.post(JOBS, json={"name": name}, headers=tokens["member"])
+        project_id = job.json()["project_id"]
+        write_steps(engine, project_id, name, COMPUTE, end=end, ranks=1)
+        rank = {"job": name, "rank": "0"}
+        write_gauge(engine, project_id, FLOPS_PER_SAMPLE, rank, flops, end=end)
+        write_gauge(engine, project_id, SAMPLES_PER_SECOND, rank, 12.0, end=end)
+        gpu = {"job": name, "gpu": "0", "UUID": f"GPU-{name}", "modelName": "NVIDIA H100 PCIe"}
+        write_gauge(engine, project_id, "DCGM_FI_PROF_SM_ACTIVE", gpu, 0.9, end=end)
+        write_gauge(engine, project_id, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", gpu, 0.6, end=end)
+    params = {"window": "2m", "end": end.isoformat()}
+    body = client.get(f"{JOBS}/llama/diagnosis", params=params, headers=tokens["member"]).json()
+    assert body["gpu"]["tensor_active"] == pytest.approx(0.6)
+    assert body["gpu"]["model_names"] == ["NVIDIA H100 PCIe"]
+    work = body["efficiency"]
+    assert work["peak_flops"] == 756e12 and work["peak_source"] == "table: NVIDIA H100 PCIe"
+    assert work["mfu"] == pytest.approx(6 * 1e9 * 2048 * 12 / 756e12)
+    assert work["excluded"] is None
+    bogus = client.get(f"{JOBS}/bogus/diagnosis", params=params, headers=tokens["member"]).json()
+    assert bogus["efficiency"]["mfu"] is None
+    assert "over the peak" in bogus["efficiency"]["excluded"]
+    with cli_runner(database_url, monkeypatch) as cli:
+        shown = cli.invoke(app, ["job", "diagnose", "llama", "--window", "5m"])
+        assert shown.exit_code == 0, shown.output
+        assert "tensor active 60%" in shown.output and "SM active 90%" in shown.output
+        assert "MFU 19.5%" in shown.output and "table: NVIDIA H100 PCIe" in shown.output
+        flagged = cli.invoke(app, ["job", "diagnose", "bogus", "--window", "5m"])
+        assert "MFU excluded:" in flagged.output and "over the peak" in flagged.output

@@ -108,6 +108,8 @@ RANKS = {"0": (0.5, 100.0), "1": (0.7, 120.0)}
 PHASES = {"forward": 0.2, "backward": 0.3}
 SHARES = {"forward": 0.35, "backward": 0.5}
 """phase -> share of the step, as job ``llama``'s diagnosis writes it."""
+MFU = 0.42
+"""Job ``llama``'s MFU, as its diagnosis writes it."""
 NETWORK_BYTES_PER_S = 1000.0
 
 
@@ -172,6 +174,9 @@ def job_batches() -> list[SeriesBatch]:
         batches.append(
             SeriesBatch("tuneloop_job_phase_share", labels, stamps, [share] * len(stamps))
         )
+    batches.append(
+        SeriesBatch("tuneloop_job_mfu_ratio", {"job": "llama"}, stamps, [MFU] * len(stamps))
+    )
     return batches
 
 

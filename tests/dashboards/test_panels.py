@@ -252,6 +252,8 @@ def test_job_panels(store: Engine) -> None:
     assert series(run(store, shares["targets"][0]["rawSql"])[1]) == {
         phase: [(h, pytest.approx(v)) for h in HOURS] for phase, v in kd.SHARES.items()
     }
+    mfu = panel("job", "MFU (diagnosis)")["targets"][0]["rawSql"]
+    assert series(run(store, mfu)[1]) == {"MFU": [(h, pytest.approx(kd.MFU)) for h in HOURS]}
     throughput = panel("job", "Samples per second (all ranks)")["targets"][0]["rawSql"]
     assert series(run(store, throughput)[1]) == {
         "samples/s": [(h, pytest.approx(220.0)) for h in HOURS]

@@ -12,7 +12,16 @@ from sqlalchemy import Engine, select
 from tests.tuner import jobsim
 from tests.tuner.stepspans import write_gauge, write_steps
 from tuneloop.job_agents import RankGpus, register_agent
-from tuneloop.step_timing import PHASE_DURATION, PHASE_SHARE, STRAGGLER_RATIO, VERDICT
+from tuneloop.step_timing import (
+    FLOPS_PER_SAMPLE,
+    MFU,
+    PEAK_FLOPS,
+    PHASE_DURATION,
+    PHASE_SHARE,
+    SAMPLES_PER_SECOND,
+    STRAGGLER_RATIO,
+    VERDICT,
+)
 from tuneloop.storage import session_factory, session_scope
 from tuneloop.storage.models import Job
 from tuneloop.storage.timeseries.store_backend import StoreBackend
@@ -244,3 +253,56 @@ def test_the_periodic_pass_writes_verdict_shares_and_stragglers(engine: Engine) 
     assert [s.series.labels["verdict"] for s in verdicts] == ["no_data"]
     assert backend.latest(project_id, PHASE_SHARE, since=later) == []
     assert diagnose_job(sessions, 99) is None
+
+
+def test_mfu_from_the_job_s_flops_and_samples_and_the_gpu_s_model(engine: Engine) -> None:
+    project_id = new_job(engine)
+    end = utcnow().replace(microsecond=0) - timedelta(seconds=5)
+    write_steps(engine, project_id, "train", COMPUTE, end=end, noise=0.05)
+    flops = 6 * 1.3e9 * 2048  # a 1.3B-parameter transformer, 2048 tokens per sample
+    for index in range(2):
+        rank = {"job": "train", "rank": str(index)}
+        write_gauge(engine, project_id, FLOPS_PER_SAMPLE, rank, flops, end=end)
+        write_gauge(engine, project_id, SAMPLES_PER_SECOND, rank, 10.0 + index, end=end)
+        labels = dcgm(index, job="train", modelName="NVIDIA A100-SXM4-80GB")
+        write_gauge(engine, project_id, "DCGM_FI_DEV_GPU_UTIL", labels, 97.0, end=end)
+        write_gauge(engine, project_id, "DCGM_FI_PROF_SM_ACTIVE", labels, 0.8, end=end)
+        write_gauge(engine, project_id, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", labels, 0.45, end=end)
+    found = diagnosis(engine, end)
+    assert found.verdict is Verdict.COMPUTE_BOUND
+    assert found.gpu is not None and found.gpu.tensor_active == pytest.approx(0.45)
+    assert found.gpu.sm_active == pytest.approx(0.8)
+    assert found.gpu.model_names == ("NVIDIA A100-SXM4-80GB",)
+    work = found.efficiency
+    assert work is not None and work.excluded is None
+    assert work.peak_source == "table: NVIDIA A100-SXM4-80GB"
+    assert work.mfu == pytest.approx(flops * 10.5 / 312e12)
+    assert any(line.startswith("MFU 54%: 167.7 of 312") for line in found.evidence)
+    # The operator's setting overrides the table; the gauge is written with the verdict.
+    with session_scope(session_factory(engine)) as session:
+        job = session.scalars(select(Job).where(Job.name == "train")).one()
+        job_id = job.id
+        override = job_diagnosis(
+            StoreBackend(engine), engine, job, end=end, window=WINDOW, peak_flops=624e12
+        )
+    assert override.efficiency is not None
+    assert override.efficiency.mfu == pytest.approx(work.mfu / 2)
+    diagnose_job(session_factory(engine), job_id, now=end)
+    written = StoreBackend(engine).find_series(project_id, MFU, [])
+    assert [s.labels for s in written] == [{"job": "train"}]
+
+
+def test_flops_implying_more_than_the_peak_are_excluded_with_the_reason(engine: Engine) -> None:
+    project_id = new_job(engine)
+    end = utcnow().replace(microsecond=0) - timedelta(seconds=5)
+    write_steps(engine, project_id, "train", COMPUTE, end=end)
+    rank = {"job": "train", "rank": "0"}
+    write_gauge(engine, project_id, FLOPS_PER_SAMPLE, rank, 1e15, end=end)  # 1 PFLOP a sample
+    write_gauge(engine, project_id, SAMPLES_PER_SECOND, rank, 5.0, end=end)
+    write_gauge(engine, project_id, PEAK_FLOPS, rank, 989e12, end=end)  # declared by the job
+    found = diagnosis(engine, end)
+    work = found.efficiency
+    assert work is not None and work.mfu is None and work.peak_source == "job"
+    assert work.excluded is not None and "over the peak" in work.excluded
+    assert not any("MFU" in line for line in found.evidence)
+    assert found.verdict is Verdict.COMPUTE_BOUND  # the verdict stands on the timings

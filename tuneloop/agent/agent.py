@@ -13,7 +13,7 @@ import os
 import socket
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsFloat
 
 from tuneloop.agent.client import ControlPlaneClient, RankInfo, Released
 from tuneloop.agent.noise import GradientNoiseScale
@@ -29,7 +29,9 @@ class Agent:
     """Configure with arguments or from the environment (:meth:`from_env`).
 
     ``phase_every``: phases are timed on every this many steps (step spans on every step),
-    which keeps the instrumentation's cost under 1% of a 20 ms step."""
+    which keeps the instrumentation's cost under 1% of a 20 ms step. ``flops_per_sample``
+    (and ``peak_flops_per_gpu`` for a GPU tuneloop's table lacks): the job's work per sample,
+    from which the diagnosis computes its MFU (docs/agent.md)."""
 
     def __init__(
         self,
@@ -43,6 +45,8 @@ class Agent:
         instrument: bool = True,
         poll_timeout_s: float = 30.0,
         phase_every: int = 10,
+        flops_per_sample: float | None = None,
+        peak_flops_per_gpu: float | None = None,
         tracer: StepTracer | None = None,
         client: ControlPlaneClient | None = None,
     ) -> None:
@@ -62,13 +66,22 @@ class Agent:
         if self.tracer is None and instrument:
             from tuneloop.agent.steps import StepTracer
 
-            self.tracer = StepTracer(url, token, job, rank=rank, phase_every=phase_every)
+            self.tracer = StepTracer(
+                url,
+                token,
+                job,
+                rank=rank,
+                phase_every=phase_every,
+                flops_per_sample=flops_per_sample,
+                peak_flops_per_gpu=peak_flops_per_gpu,
+            )
         self._subscription: ConfigSubscription | None = None
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Agent:
         """``TUNELOOP_URL``, ``TUNELOOP_TOKEN``, ``TUNELOOP_JOB``, ``TUNELOOP_PROJECT``
-        (default ``default``), ``RANK`` and ``WORLD_SIZE`` (as torchrun sets them)."""
+        (default ``default``), ``RANK`` and ``WORLD_SIZE`` (as torchrun sets them), and
+        optionally ``TUNELOOP_FLOPS_PER_SAMPLE`` and ``TUNELOOP_PEAK_FLOPS_PER_GPU``."""
         env = os.environ
         missing = [n for n in ("TUNELOOP_URL", "TUNELOOP_TOKEN", "TUNELOOP_JOB") if n not in env]
         if missing and not {"url", "token", "job"} <= overrides.keys():
@@ -81,6 +94,10 @@ class Agent:
             "rank": int(env.get("RANK", "0")),
             "world_size": int(env.get("WORLD_SIZE", "1")),
         }
+        for name in ("flops_per_sample", "peak_flops_per_gpu"):
+            text = env.get(f"TUNELOOP_{name.upper()}")
+            if text:
+                values[name] = float(text)
         values.update(overrides)
         return cls(**values)
 
@@ -151,12 +168,37 @@ class Agent:
     # ------------------------------------------------------------------ instrumentation
 
     def step(
-        self, number: int | None = None, *, samples: float | None = None
+        self,
+        number: int | None = None,
+        *,
+        samples: float | None = None,
+        tokens: float | None = None,
     ) -> StepSpan | AbstractContextManager[None]:
-        """Time one training step (a no-op without instrumentation)."""
+        """Time one training step (a no-op without instrumentation): ``samples`` and
+        ``tokens`` this rank processed in it, all micro-batches together."""
         if self.tracer is None:
             return nullcontext()
-        return self.tracer.step(number, samples=samples)
+        return self.tracer.step(number, samples=samples, tokens=tokens)
+
+    def record(
+        self,
+        *,
+        grad_norm: SupportsFloat | None = None,
+        learning_rate: SupportsFloat | None = None,
+    ) -> None:
+        """The latest step's gradient norm (e.g. what ``clip_grad_norm_`` returns; a tensor is
+        read off the training thread) and learning rate."""
+        if self.tracer is not None:
+            self.tracer.record(grad_norm=grad_norm, learning_rate=learning_rate)
+
+    def checkpoint(self) -> AbstractContextManager[None]:
+        """Times a checkpoint save: ``with agent.checkpoint(): torch.save(...)``."""
+        return nullcontext() if self.tracer is None else self.tracer.checkpoint()
+
+    def record_checkpoint(self, seconds: float) -> None:
+        """A checkpoint save timed by the job itself (an asynchronous save's own figure)."""
+        if self.tracer is not None:
+            self.tracer.record_checkpoint(seconds)
 
     def record_noise(self, sq_small: float, sq_big: float, b_small: float, b_big: float) -> None:
         self.noise_scale.update(sq_small, sq_big, b_small, b_big)

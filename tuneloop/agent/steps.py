@@ -1,6 +1,8 @@
 """Step instrumentation: one ``tuneloop.step`` span per training step with
 ``tuneloop.phase.<phase>`` children, as ``docs/step-timing.md`` specifies, exported over
-OTLP/HTTP; and the gradient noise scale as a gauge.
+OTLP/HTTP; and, as metrics, the gradient noise scale, the gradient norm and learning rate of the
+latest step, the job's FLOPs per sample (and its GPUs' peak, when declared) as gauges, and
+checkpoint save times as a histogram.
 
 ``opentelemetry-sdk`` and ``opentelemetry-exporter-otlp-proto-http`` come with the agent.
 Spans are created with explicit parents rather than through the current context, and exported
@@ -9,11 +11,13 @@ in batches off the training thread, so a step costs a few tens of microseconds.
 
 from __future__ import annotations
 
+import math
 import threading
-from collections.abc import Mapping
-from contextlib import nullcontext
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsFloat
 
 import requests
 from opentelemetry.context import Context
@@ -34,7 +38,18 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 PHASES = ("data_loading", "forward", "backward", "grad_sync", "optimizer")
-"""The phases tuneloop's views and tuner know; a job may add its own names."""
+"""The phases tuneloop's views and tuner know; a job may add its own names. ``data_loading``
+is the data-loader wait: the time a step waits for its next batch."""
+
+CHECKPOINT_BUCKETS_S = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0)
+"""Histogram bounds of checkpoint save times: from a small model's local save to a large
+model's sharded write to remote storage."""
+
+
+def _positive(name: str, value: float | None) -> float | None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    return value
 
 
 def _watched_session(what: str) -> requests.Session:
@@ -106,14 +121,22 @@ class StepTracer:
         metric_reader: MetricReader | None = None,
         export_interval_s: float = 1.0,
         phase_every: int = 1,
+        flops_per_sample: float | None = None,
+        peak_flops_per_gpu: float | None = None,
     ) -> None:
         """Exports to ``url`` (the API's base URL) with ``token``, or to the given
         ``span_processor``/``metric_reader`` (tests, or an exporter of one's own).
         ``phase_every``: time phases only on steps whose number is a multiple of it (every
-        step still gets its step span); tuneloop aggregates phases over time anyway."""
+        step still gets its step span); tuneloop aggregates phases over time anyway.
+        ``flops_per_sample``: floating-point operations of one sample's forward and backward
+        pass (docs/agent.md shows how to count them), for the diagnosis's MFU;
+        ``peak_flops_per_gpu``: the peak FLOP/s of one of the job's GPUs, when the table of
+        known GPUs does not hold it."""
         if phase_every < 1:
             raise ValueError(f"phase_every must be >= 1, got {phase_every}")
         self.phase_every = phase_every
+        self.flops_per_sample = _positive("flops_per_sample", flops_per_sample)
+        self.peak_flops_per_gpu = _positive("peak_flops_per_gpu", peak_flops_per_gpu)
         attributes: dict[str, Any] = {
             "service.name": job,
             "tuneloop.job": job,
@@ -151,10 +174,37 @@ class StepTracer:
             resource=self.resource, metric_readers=[metric_reader] if metric_reader else []
         )
         self._noise_scale: float | None = None
-        self._meters.get_meter("tuneloop.agent").create_observable_gauge(
-            "tuneloop.gradient_noise_scale",
-            callbacks=[self._observe_noise_scale],
-            description="Gradient noise scale B_simple, in samples",
+        self._grad_norm: SupportsFloat | None = None
+        self._learning_rate: SupportsFloat | None = None
+        meter = self._meters.get_meter("tuneloop.agent")
+        # The names map to tuneloop.step_timing's series (dots to underscores, unit suffixes);
+        # a point's ``rank`` labels the series as the receiver labels the step timings.
+        self._point = {"rank": str(rank)}
+        gauges: dict[str, tuple[Callable[[], SupportsFloat | None], str]] = {
+            "tuneloop.gradient_noise_scale": (
+                lambda: self._noise_scale,
+                "Gradient noise scale B_simple, in samples",
+            ),
+            "tuneloop.grad_norm": (lambda: self._grad_norm, "Global L2 norm of the gradient"),
+            "tuneloop.learning_rate": (lambda: self._learning_rate, "The optimizer's rate"),
+            "tuneloop.flops_per_sample": (
+                lambda: self.flops_per_sample,
+                "FLOPs of one sample's forward and backward pass",
+            ),
+            "tuneloop.peak_flops_per_gpu": (
+                lambda: self.peak_flops_per_gpu,
+                "Declared peak FLOP/s of one GPU",
+            ),
+        }
+        for name, (read, description) in gauges.items():
+            meter.create_observable_gauge(
+                name, callbacks=[_latest(read, self._point)], description=description
+            )
+        self._checkpoints = meter.create_histogram(
+            "tuneloop.checkpoint.duration",
+            unit="s",
+            description="Time to save a checkpoint",
+            explicit_bucket_boundaries_advisory=list(CHECKPOINT_BUCKETS_S),
         )
         self._phase_names = {name: f"{PHASE_PREFIX}{name}" for name in PHASES}
 
@@ -173,9 +223,31 @@ class StepTracer:
         """The latest estimate, exported with the metrics (``tuneloop_gradient_noise_scale``)."""
         self._noise_scale = value
 
-    def _observe_noise_scale(self, _options: CallbackOptions) -> Iterable[Observation]:
-        if self._noise_scale is not None:
-            yield Observation(self._noise_scale)
+    def record(
+        self,
+        *,
+        grad_norm: SupportsFloat | None = None,
+        learning_rate: SupportsFloat | None = None,
+    ) -> None:
+        """The latest step's gradient norm and learning rate, exported as gauges. A tensor is
+        kept as is and read once per export, off the training thread, so reporting a CUDA
+        tensor here never waits for the GPU."""
+        if grad_norm is not None:
+            self._grad_norm = grad_norm
+        if learning_rate is not None:
+            self._learning_rate = learning_rate
+
+    def record_checkpoint(self, seconds: float) -> None:
+        """One checkpoint save that took ``seconds``."""
+        if math.isfinite(seconds) and seconds >= 0:
+            self._checkpoints.record(seconds, self._point)
+
+    @contextmanager
+    def checkpoint(self) -> Iterator[None]:
+        """Times a checkpoint save (one that raises is not recorded)."""
+        start = time.perf_counter()
+        yield
+        self.record_checkpoint(time.perf_counter() - start)
 
     def flush(self, timeout_s: float = 10.0) -> None:
         self._provider.force_flush(int(timeout_s * 1000))
@@ -234,6 +306,19 @@ class StepSpan:
 
 
 _NO_PHASE: nullcontext[None] = nullcontext()
+
+
+def _latest(
+    read: Callable[[], SupportsFloat | None], point: Mapping[str, str]
+) -> Callable[[CallbackOptions], Iterable[Observation]]:
+    """An observable gauge's callback: the value ``read()`` holds now, if any."""
+
+    def observe(_options: CallbackOptions) -> Iterable[Observation]:
+        value = read()
+        if value is not None:
+            yield Observation(float(value), point)
+
+    return observe
 
 
 class PhaseSpan:

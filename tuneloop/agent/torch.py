@@ -20,19 +20,28 @@ each config from the same step. Rank 0 then acknowledges it with that step.
                     loss = loss_fn(ddp_model(x), y) / training.sync_period
                 with timed.phase("backward"):
                     loss.backward()
+            timed.grad_norm = torch.nn.utils.clip_grad_norm_(ddp_model.parameters(), 1.0)
             with timed.phase("optimizer"):
                 optimizer.step()
                 optimizer.zero_grad()
+        if step % 1000 == 0:
+            with training.agent.checkpoint():
+                torch.save(ddp_model.state_dict(), "checkpoint.pt")
+
+Each step reports its samples (``batch_size x sync_period``; tokens too with
+``tokens_per_sample``), the learning rate, and the gradient norm: the one set on the step, or on
+the steps that measure the noise scale, the norm of the averaged gradient.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, SupportsFloat
 
 import torch
 import torch.distributed as dist
@@ -121,6 +130,7 @@ class TunedTraining:
         sync_mode: SyncMode = "accumulate",
         check_every: int = 1,
         noise_every: int = 10,
+        tokens_per_sample: int | None = None,
         group: Any = None,
     ) -> None:
         """``make_loader(batch_size)`` returns this rank's batches (re-created for a new batch
@@ -131,7 +141,8 @@ class TunedTraining:
         applies (:mod:`tuneloop.learning_rate`); ``sync_mode`` is the study's: what one
         optimizer step sees with ``sync_period`` > 1 (``"local_sgd"`` when the loop steps the
         optimizer on every micro-batch and averages the models after ``sync_period``).
-        ``noise_every``: measure the gradient noise scale every this many steps (0: never)."""
+        ``noise_every``: measure the gradient noise scale every this many steps (0: never).
+        ``tokens_per_sample``: a sample's tokens (the sequence length), to report tokens."""
         if check_every < 1:
             raise ValueError(f"check_every must be >= 1, got {check_every}")
         if lr_scaling is not None and lr_scaling not in LR_SCALINGS:
@@ -148,6 +159,7 @@ class TunedTraining:
         self._sync_mode = sync_mode
         self._check_every = check_every
         self._noise_every = noise_every
+        self._tokens_per_sample = tokens_per_sample
         self._group = group
         self._distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank(group) if self._distributed else 0
@@ -283,10 +295,16 @@ class TrainingStep:
         self._number = number
         self._measure = measure_noise
         self._span: Any = None
+        self.grad_norm: SupportsFloat | None = None
+        """Set it to the step's gradient norm (a tensor is fine: it is read off the step)."""
 
     def __enter__(self) -> TrainingStep:
         t = self._training
-        self._span = t.agent.step(self._number, samples=t.batch_size * t.sync_period)
+        samples = t.batch_size * t.sync_period
+        per = t._tokens_per_sample
+        self._span = t.agent.step(
+            self._number, samples=samples, tokens=None if per is None else samples * per
+        )
         self._span.__enter__()
         noise = t._noise
         if noise is not None:
@@ -307,9 +325,14 @@ class TrainingStep:
         self._span.__exit__(exc_type, exc, traceback)
         t = self._training
         noise = t._noise
+        grad_norm = self.grad_norm
         if noise is not None and noise.active and exc is None and noise.global_sq > 0:
             b_small = t.batch_size * t.sync_period
             # This rank's local gradient is as good a sample of |G_small|^2 as any rank's.
             t.agent.record_noise(noise.local_sq, noise.global_sq, b_small, b_small * t.world_size)
+            if grad_norm is None:
+                grad_norm = math.sqrt(noise.global_sq)  # the averaged gradient's norm
         if noise is not None:
             noise.active = False
+        if exc is None:
+            t.agent.record(grad_norm=grad_norm, learning_rate=t.learning_rate)

@@ -51,7 +51,12 @@ def job_diagnose(
                 fail(f"job {name!r} is in several projects: add --project")
             connection = session.connection()
             found = job_diagnosis(
-                runtime.series(connection), connection, matches[0], end=utcnow(), window=span
+                runtime.series(connection),
+                connection,
+                matches[0],
+                end=utcnow(),
+                window=span,
+                peak_flops=runtime.settings.peak_flops,
             )
     except errors.TemporaryError as exc:
         fail(str(exc))
@@ -95,6 +100,34 @@ def _print(name: str, window: str, found: Diagnosis) -> None:
         typer.echo("stragglers: none")
     for out in found.excluded:
         typer.echo(f"excluded: rank {out.rank}: {out.reason}")
+    _print_hardware(found)
+
+
+def _print_hardware(found: Diagnosis) -> None:
+    gpu = found.gpu
+    if gpu is not None:
+        figures = [
+            f"{name} {value:.0%}"
+            for name, value in (
+                ("utilisation", gpu.utilization),
+                ("SM active", gpu.sm_active),
+                ("tensor active", gpu.tensor_active),
+                ("DRAM active", gpu.dram_active),
+            )
+            if value is not None
+        ]
+        models = f" ({', '.join(gpu.model_names)})" if gpu.model_names else ""
+        typer.echo(f"GPUs{models}: {', '.join(figures) or 'no activity reported'}")
+    work = found.efficiency
+    if work is None:
+        return
+    if work.mfu is not None and work.achieved_flops is not None and work.peak_flops:
+        typer.echo(
+            f"MFU {work.mfu:.1%}: {work.achieved_flops / 1e12:.4g} of "
+            f"{work.peak_flops / 1e12:.4g} TFLOP/s per GPU ({work.peak_source})"
+        )
+    else:
+        typer.echo(f"MFU excluded: {work.excluded}")
 
 
 def _interval(low: float, high: float) -> str:

@@ -81,7 +81,7 @@ def _diagnose_jobs() -> None:
     from tuner.diagnosis_series import run_diagnosis
 
     runtime = task_runtime()
-    run_diagnosis(runtime.sessions, runtime.remote_series)
+    run_diagnosis(runtime.sessions, runtime.remote_series, peak_flops=runtime.settings.peak_flops)
 
 
 def _reconcile_jobs() -> None:
