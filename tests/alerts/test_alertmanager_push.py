@@ -1,6 +1,7 @@
 """The ``alertmanager`` receiver: tuneloop's evaluator fires and resolves rules on stored data
 (SQLite and PostgreSQL) and the dispatcher pushes them into a real Alertmanager 0.25, read back
-through its API v2; the request itself is checked against a recording server."""
+through its API v2. The request itself (exact body, auth, resends) is checked against a fake
+Alertmanager: a local recording HTTP server (``Receiver``) that keeps each request."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """A TSDB whose writes and reads live at different URLs (a VictoriaMetrics cluster's vminsert and
 vmselect, Mimir's distributor and querier): ``TUNELOOP_TSDB_WRITE_URL`` and
-``TUNELOOP_TSDB_HEADERS``, on two real VictoriaMetrics, one written and one read."""
+``TUNELOOP_TSDB_HEADERS``, on two real VictoriaMetrics, one written and one read; the tenant
+header on a fake Mimir (a recording HTTP server), named as such below."""
 
 from __future__ import annotations
 
@@ -51,7 +52,11 @@ def test_writes_go_to_the_write_url_and_reads_to_the_url(
             elsewhere.close()
 
 
-class _Recorder(BaseHTTPRequestHandler):
+class _FakeMimir(BaseHTTPRequestHandler):
+    """A fake standing in for Mimir, which cannot run here: it answers every request as an
+    empty success and records only the path and the tenant header, which is all the test
+    checks. What a real TSDB does with the writes and reads is tested on VictoriaMetrics above."""
+
     def do_POST(self) -> None:
         self.server.seen.append((self.path, self.headers.get("X-Scope-OrgID")))  # type: ignore[attr-defined]
         length = int(self.headers.get("Content-Length") or 0)
@@ -68,7 +73,7 @@ class _Recorder(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def recorder() -> Iterator[ThreadingHTTPServer]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeMimir)
     server.seen = []  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
