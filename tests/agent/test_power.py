@@ -85,7 +85,7 @@ def test_a_board_without_power_management_refuses_the_knob_but_not_the_job() -> 
     )
     agent.start({"batch_size": 8})
     agent.apply_power({"batch_size": 16})  # no power_limit_w: nothing to set
-    with pytest.raises(PowerLimitRefused, match="NVML: Not Supported .*no settable power limit"):
+    with pytest.raises(PowerLimitRefused, match=r"NVML: Not Supported .*no settable power limit"):
         agent.apply_power({"batch_size": 16, "power_limit_w": 300})
     agent.close()
 
@@ -139,3 +139,33 @@ def test_collected_energy_follows_the_limit_the_agent_sets(engine: Engine) -> No
     source.shutdown()
     assert per_joule[300] > per_joule[500] > per_joule[700]
     assert all(d.power is not None and d.power.limit_mw == 700_000 for d in nvml.devices)
+
+
+def offline_agent(nvml: FakeNvml) -> Agent:
+    """Rank 1: no control plane needed (only rank 0 talks to it)."""
+    return Agent(
+        url="http://127.0.0.1:9",
+        token="tl_x",
+        job="train",
+        rank=1,
+        world_size=2,
+        instrument=False,
+        power=GpuPowerLimit(nvml=nvml),
+    )
+
+
+def test_the_starting_config_s_limit_is_set_and_one_refused_is_dropped() -> None:
+    nvml = boards(FakeGpuPower())
+    agent = offline_agent(nvml)
+    agent.start({"batch_size": 8, "power_limit_w": 400})
+    assert agent.config == {"batch_size": 8, "power_limit_w": 400}
+    assert nvml.devices[0].power is not None and nvml.devices[0].power.limit_mw == 400_000
+    agent.close()
+    assert nvml.devices[0].power.limit_mw == 700_000
+
+    refusing = boards(FakeGpuPower(refuse_with=pynvml.NVML_ERROR_NO_PERMISSION))
+    agent = offline_agent(refusing)
+    agent.start({"batch_size": 8, "power_limit_w": 400})
+    # The job runs at the limit found, and its config says so.
+    assert agent.config == {"batch_size": 8, "power_limit_w": 700}
+    agent.close()

@@ -19,6 +19,8 @@ from tests.collector.fakes import FakeNvml, FakeNvmlDevice, h100_answers
 from tuneloop.agent import Agent, ControlPlaneClient, GpuPowerLimit, Released
 
 START = {"batch_size": 32}
+AT_700 = {**START, "power_limit_w": 700}
+"""What the agent registers: the job's config and the limit its GPUs were found at."""
 
 
 def h100_pair(**power: Any) -> FakeNvml:
@@ -74,6 +76,7 @@ def test_the_limit_is_set_verified_rolled_back_and_restored_by_the_agent(live: L
     agent.start(START)
     try:
         assert wait_for(lambda: agent.pending() is None and agent.version == 1)
+        assert state(live)["desired"]["config"] == AT_700, "the limit it runs at, registered"
         # The range to tune over, as the boards report it.
         assert registered_power(live) == {
             "min_w": 200,
@@ -88,6 +91,12 @@ def test_the_limit_is_set_verified_rolled_back_and_restored_by_the_agent(live: L
         assert limits_w(nvml) == [450.0, 450.0]
         assert wait_for(lambda: state(live)["in_sync"])
         # The config goes back (as a rollback releases it): so does the limit.
+        desire(live, AT_700)
+        take(agent)
+        assert limits_w(nvml) == [700.0, 700.0]
+        desire(live, {**START, "power_limit_w": 300})
+        take(agent)
+        # A config without the knob runs at the limits found.
         desire(live, START)
         take(agent)
         assert limits_w(nvml) == [700.0, 700.0]
@@ -98,9 +107,8 @@ def test_the_limit_is_set_verified_rolled_back_and_restored_by_the_agent(live: L
         agent.close()
     # A job never leaves its GPUs capped.
     assert limits_w(nvml) == [700.0, 700.0]
-    assert [d.power.sets for d in nvml.devices if d.power] == [
-        [450_000, 700_000, 300_000, 700_000]
-    ] * 2
+    sets = [450_000, 700_000, 300_000, 700_000, 300_000, 700_000]
+    assert [d.power.sets for d in nvml.devices if d.power] == [sets] * 2
 
 
 @pytest.mark.parametrize(
@@ -137,14 +145,14 @@ def test_a_limit_the_driver_refuses_is_reported_and_rolled_back(
         assert observed is not None, state(live)
         assert observed["acknowledged_version"] == 2
         assert observed["reason"] == f"power_limit_w: {words}"
-        assert observed["config"] == START, "the config the job kept running"
+        assert observed["config"] == AT_700, "the config the job kept running"
         assert limits_w(nvml) == [700.0, 700.0] or power.get("capped_mw")
         # The actuator rolls it back to what the job runs; the agent takes that as running.
         assert wait_for(lambda: agent.pending() is None and agent.version == 3, 15)
-        assert agent.config == START
+        assert agent.config == AT_700
         assert wait_for(lambda: state(live)["in_sync"]), "acknowledged in the background"
         now = state(live)
-        assert now["desired"]["version"] == 3 and now["desired"]["config"] == START
+        assert now["desired"]["version"] == 3 and now["desired"]["config"] == AT_700
         marks = httpx.get(
             f"{live.job_url('resnet')}/config/marks",
             headers={"Authorization": f"Bearer {live.member_token}"},

@@ -120,11 +120,24 @@ class Agent:
         *,
         details: Mapping[str, Any] | None = None,
     ) -> None:
-        """Start with the job's own ``config``. On rank 0: register (with ``ranks``, every
-        rank's GPUs; default: ranks without GPUs) and subscribe, in the background, so an
-        unreachable control plane never holds the job up."""
+        """Start with the job's own ``config``; with a power limit, its ``power_limit_w`` is set
+        (one refused is dropped from the config, logged), and the limit the GPUs run at added
+        when it sets none. On rank 0: register (with
+        ``ranks``, every rank's GPUs; default: ranks without GPUs) and subscribe, in the
+        background, so an unreachable control plane never holds the job up."""
         self.config = dict(config)
         power_details = self._start_power()
+        found = set(power_details.get(POWER_LIMIT_KEY, {}).get("found_w", ()))
+        if self.config.get(POWER_LIMIT_KEY) is not None:
+            try:
+                self.apply_power(self.config)
+            except PowerLimitRefused as exc:
+                log.error("the starting config's power limit is not set: %s", exc)
+                del self.config[POWER_LIMIT_KEY]
+        if len(found) == 1 and POWER_LIMIT_KEY not in self.config:
+            # What the job runs at is part of its config: a study over the knob measures it
+            # first, and a rollback can return to it.
+            self.config[POWER_LIMIT_KEY] = found.pop()
         if self.rank != 0:
             return
         client = self._client
