@@ -24,6 +24,7 @@ from tuneloop.storage.types import utcnow
 from tuner import service
 from tuner.loop import reconcile_study
 from tuner.measurement import MeasurementPolicy
+from tuner.readings import TOKENS_METRIC
 from tuner.space import POWER_LIMIT_W, SearchSpace, power_limit_param
 from tuner.study_options import StudyOptions
 
@@ -33,6 +34,7 @@ POLICY = MeasurementPolicy(
 SPACE = SearchSpace((power_limit_param(150, 400),))
 LIMITS = (150, 200, 250, 300, 350, 400)  # the grid at resolution 6
 START = {"batch_size": 32, POWER_LIMIT_W: 400}
+TOKENS_PER_SAMPLE = 128
 
 
 def per_rank_throughput(limit_w: int) -> float:
@@ -90,6 +92,18 @@ class EnergyJob:
         result = SampleWriter(self.engine).write(self.project_id, batches)
         assert not result.rejected, result.rejected
 
+    def write_tokens(self, start: datetime, seconds: int, limit_w: int) -> None:
+        """Each rank's tokens/s beside its samples/s: TOKENS_PER_SAMPLE per sample."""
+        times = [start + timedelta(seconds=0.5 * i) for i in range(2 * seconds)]
+        per_rank = per_rank_throughput(limit_w) * TOKENS_PER_SAMPLE
+        batches = [
+            SeriesBatch(
+                TOKENS_METRIC, {"job": "train", "rank": str(rank)}, times, [per_rank] * len(times)
+            )
+            for rank in range(2)
+        ]
+        assert not SampleWriter(self.engine).write(self.project_id, batches).rejected
+
     def run(self) -> list[Trial]:
         for i in range(len(LIMITS) + 2):
             base = 100.0 * i
@@ -111,6 +125,7 @@ class EnergyJob:
                 end=self.at(base + 32),
                 per_rank=per_rank_throughput(limit),
             )
+            self.write_tokens(start, 32, limit)
             self.write_energy(start, 32, limit)
             told = self.step(base + 32)
             assert told.action == "told", told
@@ -130,14 +145,16 @@ class EnergyJob:
             return row
 
 
-def energy_job(engine: Engine, options: StudyOptions) -> EnergyJob:
+def energy_job(
+    engine: Engine, options: StudyOptions, objective: str = "samples_per_joule"
+) -> EnergyJob:
     with session_scope(session_factory(engine)) as session:
         job = jobsim.make_job(session, labels={"gpu_uuids": "GPU-1"}, config=START)
         study = service.create_study(
             session,
             job,
             name="power",
-            objective="samples_per_joule",
+            objective=objective,
             space=SPACE,
             strategy="grid",
             options=options,
@@ -200,3 +217,17 @@ def test_the_floor_is_only_for_the_per_joule_objectives(engine: Engine) -> None:
                 strategy="grid",
                 options=StudyOptions(throughput_floor=10.0),
             )
+
+
+def test_tokens_per_joule_judges_the_tokens_series(engine: Engine) -> None:
+    options = StudyOptions(
+        measurement=POLICY, strategy_options={"resolution": len(LIMITS)}, max_trials=2
+    )
+    trials = energy_job(engine, options, objective="tokens_per_joule").run()
+    measured = [t for t in trials if t.state == "complete"]
+    assert len(measured) >= 2
+    for trial in measured:
+        limit = trial.params[POWER_LIMIT_W]
+        expected = TOKENS_PER_SAMPLE * samples_per_joule(limit)
+        assert trial.value == pytest.approx(expected, rel=0.02), limit
+        assert trial.measurements["data"]["window"]["metric"] == TOKENS_METRIC
