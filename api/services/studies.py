@@ -12,7 +12,7 @@ from tuneloop.storage.models import Job, Study
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuner import service
 from tuner.objectives import default_objective
-from tuner.space import SearchSpace
+from tuner.space import SearchSpace, power_limit_param
 from tuner.study_options import MemoryPolicy, StudyOptions, measurement_policy
 
 
@@ -39,6 +39,7 @@ def create_study(
         base_lr=body.space.base_lr,
         base_batch=body.space.base_batch,
         sync_mode=body.space.sync_mode,
+        extra=[power_limit_param(*body.space.power_limit_w)] if body.space.power_limit_w else (),
     )
     options = StudyOptions(
         strategy_options=body.strategy_options,
@@ -50,6 +51,7 @@ def create_study(
         ack_timeout_s=body.ack_timeout_s,
         memory=MemoryPolicy(enabled=body.memory.enabled, headroom=body.memory.headroom),
         objective_expr=body.objective_expr,
+        throughput_floor=body.throughput_floor,
     )
     ranks_seen = service.require_step_timing(session, job, objective, series)
     if options.driven_by == "tuner":
