@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, insert
 
-from tests.conftest import reset_postgres
 from tests.peers import flush_victoria_metrics, running_prometheus, running_victoria_metrics
+from tests.pg_reset import models_schema
 from tuneloop.storage import make_engine
 from tuneloop.storage.models import Project, metadata
 from tuneloop.storage.prometheus.backend import PrometheusBackend
@@ -96,11 +96,12 @@ def subject(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Subject]
     if name in ("sqlite", "postgresql"):
         if name == "sqlite":
             url = f"sqlite:///{tmp_path / 'tuneloop.db'}"
+            engine = make_engine(url)
+            metadata.create_all(engine)
         else:
             url = request.getfixturevalue("postgres_server_url")
-            reset_postgres(url)
-        engine = make_engine(url)
-        metadata.create_all(engine)
+            models_schema(url)
+            engine = make_engine(url)
         try:
             yield Subject(name, StoreBackend(engine), _projects(engine), EXACT)
         finally:
