@@ -16,7 +16,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 import tuneloop.settings
-from tests.pg_reset import models_schema, reset_postgres
+from tests.fresh_store import copy_sqlite, models_schema, reset_postgres, sqlite_template
 from tuneloop.settings import get_settings
 from tuneloop.storage import make_engine
 from tuneloop.storage.models import metadata
@@ -76,15 +76,27 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
+@pytest.fixture(scope="session")
+def sqlite_models_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file with the models' tables, made once: tests get copies."""
+    return sqlite_template(tmp_path_factory.mktemp("models") / "tuneloop.db")
+
+
 @pytest.fixture
-def engine(request: pytest.FixtureRequest, database_url: str) -> Iterator[Engine]:
+def engine(
+    request: pytest.FixtureRequest, database_url: str, sqlite_models_file: Path
+) -> Iterator[Engine]:
     """An engine on each backend in turn, with the schema created from the models."""
-    engine = make_engine(database_url)
-    if engine.dialect.name == "postgresql":
+    url = make_url(database_url)
+    if url.get_backend_name() == "postgresql":
         if not request.node.stash.get(_MODELS_READY, False):
             models_schema(database_url)
+        engine = make_engine(database_url)
     else:
-        metadata.create_all(engine)
+        fresh = url.database is not None and copy_sqlite(sqlite_models_file, Path(url.database))
+        engine = make_engine(database_url)
+        if not fresh:
+            metadata.create_all(engine)
     yield engine
     engine.dispose()
 

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, insert
 
+from tests.fresh_store import copy_sqlite, models_schema
 from tests.peers import flush_victoria_metrics, running_prometheus, running_victoria_metrics
-from tests.pg_reset import models_schema
 from tuneloop.storage import make_engine
-from tuneloop.storage.models import Project, metadata
+from tuneloop.storage.models import Project
 from tuneloop.storage.prometheus.backend import PrometheusBackend
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuneloop.storage.timeseries.columns import Batch
@@ -95,9 +95,9 @@ def subject(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Subject]
     name = request.param
     if name in ("sqlite", "postgresql"):
         if name == "sqlite":
+            copy_sqlite(request.getfixturevalue("sqlite_models_file"), tmp_path / "tuneloop.db")
             url = f"sqlite:///{tmp_path / 'tuneloop.db'}"
             engine = make_engine(url)
-            metadata.create_all(engine)
         else:
             url = request.getfixturevalue("postgres_server_url")
             models_schema(url)
