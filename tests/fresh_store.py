@@ -1,6 +1,6 @@
 """The models' schema with no rows, for a test, at a fraction of the cost of creating every
-table (on 2 busy cores about a second per test on PostgreSQL and a third of one on SQLite, for
-some 1,400 tests).
+table (on 2 busy cores about a second per test on PostgreSQL and a tenth of one on SQLite, for
+up to some 1,200 tests; ``bench/store_fixture_setup.py``).
 
 SQLite: a copy of a file in which ``create_all`` made the tables once per session.
 
