@@ -22,6 +22,7 @@ class LockName(enum.IntEnum):
     MIGRATIONS = 0x746C4D47  # "tlMG": one process migrates at a time (one-key form, below)
     PARTITIONS = 0x746C5054  # "tlPT": the time-series partitions' DDL
     ROLLUPS = 0x746C5255  # "tlRU": one rollup pass at a time, so upserts cannot deadlock
+    COMPACTION = 0x746C434B  # "tlCK": one compaction pass at a time over the sample chunks
     SERIES = 0x746C5352  # "tlSR": a project's series creation, keyed by project id
     ALERT_EVALUATION = 0x616C7274  # "alrt": one evaluator per project, keyed by project id
 
