@@ -44,8 +44,9 @@ def include_object(
     reflected: bool,
     compare_to: SchemaItem | None,
 ) -> bool:
-    """Autogenerate filter: skip the partitions of ``samples`` and ``sample_chunks`` (and so their indexes). The writer
-    creates them at run time, so they are not in the metadata and are not tables to drop."""
+    """Autogenerate filter: skip the partitions of ``samples`` and ``sample_chunks`` (and so
+    their indexes). The store creates them at run time, so they are not in the metadata and are
+    not tables to drop."""
     is_partition = (
         type_ == "table"
         and reflected

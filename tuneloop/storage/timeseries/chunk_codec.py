@@ -26,7 +26,9 @@ def encode_chunk(ts_us: Int64Array, values: Float64Array) -> tuple[bytes, bytes]
     ts_us = np.ascontiguousarray(ts_us, dtype=np.int64)
     values = np.ascontiguousarray(values, dtype=np.float64)
     if ts_us.shape != values.shape or ts_us.ndim != 1:
-        raise ValueError(f"a chunk needs as many timestamps as values, got {ts_us.shape} and {values.shape}")
+        raise ValueError(
+            f"a chunk needs as many timestamps as values, got {ts_us.shape} and {values.shape}"
+        )
     return (
         bytes(standalone.simple_compress(ts_us, _CONFIG)),
         bytes(standalone.simple_compress(values, _CONFIG)),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -26,7 +27,7 @@ from sqlalchemy import BigInteger, Connection, Engine, Table, delete, func, inse
 from sqlalchemy.sql.expression import type_coerce
 
 from tuneloop.settings import get_settings
-from tuneloop.storage.locks import LockName, advisory_lock, hold_write_lock
+from tuneloop.storage.locks import LockName, hold_write_lock, session_lock
 from tuneloop.storage.models import Series, sample_chunks, samples
 from tuneloop.storage.timeseries.chunk_codec import decode_chunk, encode_chunk
 from tuneloop.storage.timeseries.partitions import ensure_chunk_partitions
@@ -66,7 +67,9 @@ def compact(
     """Compact every closed chunk span older than ``now - hot_window`` (the setting
     ``compact_after_s`` when ``None``) and, with ``after_rollups``, than the 1-minute rollup's
     watermark (nothing while the rollups have never run). ``after_rollups=False`` is for a store
-    whose rollups are not used. Idempotent; safe to interrupt."""
+    whose rollups are not used; ``span`` overrides the setting ``chunk_span_s``. One pass at a
+    time (a second returns at once, having done nothing). Idempotent; safe to interrupt. A
+    ``Connection`` given must not be in a transaction: each unit commits on it."""
     began = time.monotonic()
     settings = get_settings()
     hot = timedelta(seconds=settings.compact_after_s) if hot_window is None else hot_window
@@ -82,9 +85,11 @@ def compact(
         raise ValueError("naive datetime: tuneloop timestamps must be timezone-aware")
     say = progress or (lambda _line: None)
     totals = _Totals()
-    with _connected(bind) as connection:
+    with _connected(bind) as connection, session_lock(connection, LockName.COMPACTION) as free:
         cutoff = _cutoff(connection, now - hot, width, after_rollups)
-        if cutoff is None:
+        if not free:
+            say("another compaction is running: nothing done")
+        elif cutoff is None:
             say("nothing to compact: the 1-minute rollups have not run yet")
         else:
             say(f"compacting samples before {cutoff.isoformat()} in {width} chunks")
@@ -97,22 +102,15 @@ def compact(
     return report
 
 
-class _connected:  # noqa: N801 - a context manager used like a function
-    """The connection to work on; commits each unit itself when it opened it."""
-
-    def __init__(self, bind: Engine | Connection) -> None:
-        self.bind = bind
-        self.connection: Connection | None = None
-
-    def __enter__(self) -> Connection:
-        if isinstance(self.bind, Connection):
-            return self.bind
-        self.connection = self.bind.connect()
-        return self.connection
-
-    def __exit__(self, *_exc: object) -> None:
-        if self.connection is not None:
-            self.connection.close()
+@contextmanager
+def _connected(bind: Engine | Connection) -> Iterator[Connection]:
+    """The connection to work on: the caller's (which must not be in a transaction: each unit
+    commits on it), or one of the engine's."""
+    if isinstance(bind, Connection):
+        yield bind
+        return
+    with bind.connect() as connection:
+        yield connection
 
 
 def _cutoff(
@@ -169,7 +167,9 @@ def _oldest(
 ) -> datetime | None:
     """Day start of the oldest raw sample of the batch in ``[after, cutoff)``: one index probe
     per series, never a scan."""
-    bounds = [samples.c.ts < cutoff] if after is None else [samples.c.ts >= after, samples.c.ts < cutoff]
+    bounds = (
+        [samples.c.ts < cutoff] if after is None else [samples.c.ts >= after, samples.c.ts < cutoff]
+    )
     first = (
         select(samples.c.ts)
         .where(samples.c.series_id == _series.c.id, *bounds)
@@ -206,7 +206,6 @@ def _compact_unit(
             # stays raw for the next pass instead of being deleted unread.
             connection.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         hold_write_lock(connection)
-        advisory_lock(connection, LockName.COMPACTION)
         in_unit = (
             samples.c.series_id.in_(batch),
             samples.c.ts >= start,
@@ -218,7 +217,9 @@ def _compact_unit(
         existing = _existing(connection, batch, start, stop)
         rows, late = _chunk_rows(ids, micros, values, width, existing)
         if existing:
-            keys = [key for key in existing if key in {(r["series_id"], r["start_ts"]) for r in rows}]
+            keys = [
+                key for key in existing if key in {(r["series_id"], r["start_ts"]) for r in rows}
+            ]
             if keys:
                 connection.execute(
                     delete(sample_chunks).where(

@@ -4,7 +4,8 @@ configured age.
 Raw samples are cut at a partition boundary on both backends, so PostgreSQL (which drops whole
 partitions, never deleting rows one by one) and SQLite (which deletes rows) keep exactly the same
 data. A chunk never straddles a partition (its span divides a day), so the chunks' partitions,
-which share the samples' bounds, go with them. Rollup rows are cut at ``now - rollup_retention_days`` exactly.
+which share the samples' bounds, go with them. Rollup rows are cut at
+``now - rollup_retention_days`` exactly.
 """
 
 from __future__ import annotations

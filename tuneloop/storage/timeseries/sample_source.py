@@ -68,6 +68,7 @@ _temp = Table(
     PrimaryKeyConstraint("series_id", "ts"),
     prefixes=["TEMPORARY"],
 )
+_SQLITE_INSERT = "INSERT INTO tl_chunk_samples (series_id, ts, value) VALUES (?, ?, ?)"
 _CREATE = {
     "postgresql": f"CREATE TEMPORARY TABLE IF NOT EXISTS {_TEMP_NAME} (series_id int8 NOT NULL,"
     " ts timestamptz NOT NULL, value float8 NOT NULL, PRIMARY KEY (series_id, ts))"
@@ -91,7 +92,10 @@ def sample_rows(
         if len(ranges) != 1:
             raise ValueError("presence_only reads take one range")
         inside = _inside(ranges[0])
-        if connection.execute(select(sample_chunks.c.series_id).where(*wanted).limit(1)).first() is None:
+        if (
+            connection.execute(select(sample_chunks.c.series_id).where(*wanted).limit(1)).first()
+            is None
+        ):
             return samples
         wanted.append(~inside)
     chunks = connection.execute(
@@ -137,8 +141,15 @@ def newest_in_chunks(
     newest = newest.where(sample_chunks.c.series_id.in_(ids), overlapping([(since, None)]))
     last = newest.group_by(sample_chunks.c.series_id).subquery("last_chunks")
     rows = connection.execute(
-        select(sample_chunks.c.series_id, sample_chunks.c.ts_blob, sample_chunks.c.values_blob)
-        .join(last, and_(last.c.series_id == sample_chunks.c.series_id, last.c.start == sample_chunks.c.start_ts))
+        select(
+            sample_chunks.c.series_id, sample_chunks.c.ts_blob, sample_chunks.c.values_blob
+        ).join(
+            last,
+            and_(
+                last.c.series_id == sample_chunks.c.series_id,
+                last.c.start == sample_chunks.c.start_ts,
+            ),
+        )
     ).all()
     found = {}
     for series_id, ts_blob, values_blob in rows:
@@ -154,7 +165,10 @@ def overlapping(ranges: Sequence[TimeRange]) -> ColumnElement[bool]:
     for start, end in ranges:
         parts: list[ColumnElement[bool]] = []
         if start is not None:
-            parts += [sample_chunks.c.end_ts > start, sample_chunks.c.start_ts > start - MAX_CHUNK_SPAN]
+            parts += [
+                sample_chunks.c.end_ts > start,
+                sample_chunks.c.start_ts > start - MAX_CHUNK_SPAN,
+            ]
         if end is not None:
             parts.append(sample_chunks.c.start_ts <= end)
         conditions.append(and_(*parts) if parts else sample_chunks.c.start_ts.is_not(None))
@@ -188,7 +202,7 @@ def _fill(connection: Connection, chunks: Sequence[Any], ranges: Sequence[TimeRa
     if dialect == "postgresql":
         copy_arrays(connection, _TEMP_NAME, blocks)
     else:
-        insert_arrays(connection, _TEMP_NAME, blocks)
+        insert_arrays(connection, _SQLITE_INSERT, blocks)
 
 
 def _mask(micros: Any, ranges: Sequence[TimeRange]) -> Any:

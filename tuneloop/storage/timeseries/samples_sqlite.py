@@ -44,9 +44,9 @@ def insert_samples(
         cursor.close()
 
 
-def insert_arrays(connection: Connection, table: str, blocks: list[SampleArrays]) -> None:
-    """Insert blocks of (series_id, ts, value) arrays into ``table`` (``samples``' columns,
-    a name of this package's own, never user input)."""
+def insert_arrays(connection: Connection, statement: str, blocks: list[SampleArrays]) -> None:
+    """Run ``statement``, an ``INSERT`` of (series_id, ts, value) with three ``?``, for every
+    row of ``blocks``."""
     driver = cast(sqlite3.Connection, connection.connection.driver_connection)
     rows = chain.from_iterable(
         zip(series_ids.tolist(), micros.tolist(), values.tolist(), strict=True)
@@ -54,7 +54,7 @@ def insert_arrays(connection: Connection, table: str, blocks: list[SampleArrays]
     )
     cursor = driver.cursor()
     try:
-        cursor.executemany(f"INSERT INTO {table} (series_id, ts, value) VALUES (?, ?, ?)", rows)
+        cursor.executemany(statement, rows)
     finally:
         cursor.close()
 
