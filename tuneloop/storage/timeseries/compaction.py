@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 import numpy as np
-from sqlalchemy import BigInteger, Connection, Engine, Table, delete, func, insert, select, tuple_
+from sqlalchemy import BigInteger, Connection, Engine, Table, delete, insert, select, tuple_
 from sqlalchemy.sql.expression import type_coerce
 
 from tuneloop.settings import get_settings
@@ -32,6 +32,7 @@ from tuneloop.storage.models import Series, sample_chunks, samples
 from tuneloop.storage.timeseries.chunk_codec import decode_chunk, encode_chunk
 from tuneloop.storage.timeseries.partitions import ensure_chunk_partitions
 from tuneloop.storage.timeseries.rollups import DEFAULT_LATENESS_S, MINUTE_S, read_watermarks
+from tuneloop.storage.timeseries.samples_postgres import read_arrays
 from tuneloop.storage.types import from_micros, to_micros, utcnow
 
 _series = cast(Table, Series.__table__)
@@ -234,10 +235,10 @@ def _compact_unit(
 
 
 def _raw(connection: Connection, conditions: Sequence[Any]) -> tuple[Any, Any, Any]:
-    micros: Any = type_coerce(samples.c.ts, BigInteger())  # SQLite keeps integer microseconds
+    """The unit's raw samples as arrays sorted by (series_id, ts)."""
     if connection.dialect.name == "postgresql":
-        # extract() is numeric since PostgreSQL 14: exact to the microsecond.
-        micros = (func.extract("epoch", samples.c.ts) * 1_000_000).cast(BigInteger)
+        return read_arrays(connection, *conditions)
+    micros = type_coerce(samples.c.ts, BigInteger())  # SQLite keeps integer microseconds
     rows = connection.execute(
         select(samples.c.series_id, micros, samples.c.value)
         .where(*conditions)
