@@ -47,8 +47,13 @@ from tuneloop.storage.timeseries.writer import SampleWriter
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 PER_HOUR = 240
-KINDS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
-         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_SM_CLOCK")
+KINDS = (
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_SM_CLOCK",
+)
 
 
 def series_values(kind: str, count: int, rng: np.random.Generator) -> np.ndarray:
@@ -75,8 +80,13 @@ def fleet(series: int, hours: int, seed: int = 18) -> list[SeriesBatch]:
         labels = {"gpu": str(number // len(KINDS)), "Hostname": "node-1"}
         is_counter = kind.endswith("CONSUMPTION")
         batches.append(
-            SeriesBatch(kind, labels, times, series_values(kind, count, rng).tolist(),
-                        SeriesKind.COUNTER if is_counter else SeriesKind.GAUGE)
+            SeriesBatch(
+                kind,
+                labels,
+                times,
+                series_values(kind, count, rng).tolist(),
+                SeriesKind.COUNTER if is_counter else SeriesKind.GAUGE,
+            )
         )
     return batches
 
@@ -98,12 +108,15 @@ def codec_bytes(batches: list[SeriesBatch]) -> dict[str, tuple[float, float]]:
         micros = np.array([int(t.timestamp() * 1_000_000) for t in batch.timestamps])
         values = np.array(batch.values)
         for hour in range(0, len(values), PER_HOUR):
-            ts_blob, values_blob = encode_chunk(micros[hour:hour + PER_HOUR],
-                                                values[hour:hour + PER_HOUR])
+            ts_blob, values_blob = encode_chunk(
+                micros[hour : hour + PER_HOUR], values[hour : hour + PER_HOUR]
+            )
             out.setdefault(batch.metric, []).append((len(ts_blob), len(values_blob), PER_HOUR))
     return {
-        kind: (sum(r[0] for r in rows) / sum(r[2] for r in rows),
-               sum(r[1] for r in rows) / sum(r[2] for r in rows))
+        kind: (
+            sum(r[0] for r in rows) / sum(r[2] for r in rows),
+            sum(r[1] for r in rows) / sum(r[2] for r in rows),
+        )
         for kind, rows in out.items()
     }
 
@@ -138,14 +151,14 @@ def encoding_on_postgres(url: str, batches: list[SeriesBatch], samples: int) -> 
         with engine.begin() as connection:
             connection.exec_driver_sql(ARRAYS_DDL)
             connection.execute(text(ARRAYS_FILL))
-        compact(engine, hot_window=timedelta(0), now=START + timedelta(days=2),
-                after_rollups=False)
+        compact(engine, hot_window=timedelta(0), now=START + timedelta(days=2), after_rollups=False)
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
             connection.execute(text("VACUUM"))
             sizes = {
                 name: connection.execute(
                     text(SIZE), {"name": name, "prefix": f"{name}_p%"}
-                ).scalar_one() / samples
+                ).scalar_one()
+                / samples
                 for name in ("sample_chunks", "chunk_arrays")
             }
         engine.dispose()
@@ -165,8 +178,9 @@ def one_round(engine: Engine, batches: list[SeriesBatch], samples: int) -> tuple
     started = time.perf_counter()
     writer.write(project, batches)
     wrote = time.perf_counter() - started
-    report = compact(engine, hot_window=timedelta(0), now=START + timedelta(days=2),
-                     after_rollups=False)
+    report = compact(
+        engine, hot_window=timedelta(0), now=START + timedelta(days=2), after_rollups=False
+    )
     assert report.samples_compacted == samples, report
     return samples / wrote, samples / report.seconds
 
@@ -192,26 +206,33 @@ def main() -> None:
 
     speeds: dict[str, dict[str, list[float]]] = {"postgresql": {}, "sqlite": {}}
     with scratch_database(args.url) as scratch, tempfile.TemporaryDirectory() as folder:
-        engines = {"postgresql": make_engine(scratch),
-                   "sqlite": make_engine(f"sqlite:///{folder}/bench.db")}
+        engines = {
+            "postgresql": make_engine(scratch),
+            "sqlite": make_engine(f"sqlite:///{folder}/bench.db"),
+        }
         for engine in engines.values():
             metadata.create_all(engine)
         for number in range(args.rounds):
             for name, engine in engines.items():  # interleaved
-                write, compacted = one_round(engine, batches, samples)
-                speeds[name].setdefault("write", []).append(write)
-                speeds[name].setdefault("compact", []).append(compacted)
-                print(f"round {number + 1} {name}: write {write:,.0f}/s compact {compacted:,.0f}/s")
+                write_rate, compact_rate = one_round(engine, batches, samples)
+                speeds[name].setdefault("write", []).append(write_rate)
+                speeds[name].setdefault("compact", []).append(compact_rate)
+                print(
+                    f"round {number + 1} {name}: write {write_rate:,.0f}/s"
+                    f" compact {compact_rate:,.0f}/s"
+                )
         for engine in engines.values():
             engine.dispose()
     print(f"\nload: {os.getloadavg()}")
     print("\nsamples/s, median [95% interval]; ratio = compaction / write of the same samples")
     for name, runs in speeds.items():
-        write, compacted = interval(runs["write"]), interval(runs["compact"])
+        wrote, compacted = interval(runs["write"]), interval(runs["compact"])  # (median, low, high)
         ratios = interval([c / w for c, w in zip(runs["compact"], runs["write"], strict=True)])
-        print(f"  {name:10s} compact {compacted[0]:,.0f} [{compacted[1]:,.0f}, {compacted[2]:,.0f}]"
-              f"  write {write[0]:,.0f} [{write[1]:,.0f}, {write[2]:,.0f}]"
-              f"  ratio {ratios[0]:.2f} [{ratios[1]:.2f}, {ratios[2]:.2f}]")
+        print(
+            f"  {name:10s} compact {compacted[0]:,.0f} [{compacted[1]:,.0f}, {compacted[2]:,.0f}]"
+            f"  write {wrote[0]:,.0f} [{wrote[1]:,.0f}, {wrote[2]:,.0f}]"
+            f"  ratio {ratios[0]:.2f} [{ratios[1]:.2f}, {ratios[2]:.2f}]"
+        )
 
 
 if __name__ == "__main__":

@@ -17,9 +17,8 @@ from sqlalchemy import Engine, func, insert, select
 from tuneloop import cost
 from tuneloop.storage.models import Project, sample_chunks, samples
 from tuneloop.storage.timeseries import functions, query, raw
-from tuneloop.storage.timeseries.columns import SeriesBatch
 from tuneloop.storage.timeseries.store_backend import StoreBackend
-from tuneloop.storage.timeseries.types import Aggregation, Matcher, SeriesKind
+from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp, SeriesBatch, SeriesKind
 
 T = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
 """Start of the fleet's samples (a fixed past hour)."""
@@ -114,7 +113,7 @@ def every_read(engine: Engine, project: int) -> dict[str, Any]:
         project, 0.9, "request_seconds", start=start, end=end, step_s=300, window_s=600
     )
     start_ms, end_ms = int(start.timestamp() * 1000), int(end.timestamp() * 1000)
-    everything = [Matcher("__name__", "=~", ".+")]
+    everything = [Matcher("__name__", MatchOp.RE, ".+")]
     with engine.connect() as connection:
         out["raw"] = [
             (s.labels, s.times_ms.tolist(), s.values.view(np.uint64).tolist())

@@ -71,7 +71,7 @@ def test_a_killed_compaction_loses_and_duplicates_nothing(engine: Engine) -> Non
         killed += kill_after(url, lines, delay_s)
         raw_rows, _, held = counts(engine)
         assert raw_rows + held == total
-        assert 0 < raw_rows
+        assert raw_rows > 0
     assert killed, "every compaction ended before it was killed: make it longer"
 
     compact(

@@ -12,8 +12,8 @@ from sqlalchemy import Engine
 
 from tests.storage_compaction.fleet import (
     NOW,
-    T,
     UTIL,
+    T,
     counts,
     every_read,
     fleet,
@@ -23,10 +23,9 @@ from tests.storage_compaction.fleet import (
 from tuneloop.storage import make_engine
 from tuneloop.storage.models import metadata
 from tuneloop.storage.timeseries import query
-from tuneloop.storage.timeseries.columns import SeriesBatch
 from tuneloop.storage.timeseries.compaction import compact
 from tuneloop.storage.timeseries.store_backend import StoreBackend
-from tuneloop.storage.timeseries.types import Aggregation, Matcher
+from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp, SeriesBatch
 
 GPU0 = {"Hostname": "h1", "UUID": "GPU-0", "gpu": "0", "modelName": "H100"}
 
@@ -44,7 +43,7 @@ def gpu0(engine: Engine, project: int) -> list[tuple[int, float]]:
     start_ms = int((T - timedelta(minutes=1)).timestamp() * 1000)
     [series] = StoreBackend(engine).read_raw(
         project,
-        [Matcher("__name__", "=", UTIL), Matcher("gpu", "=", "0")],
+        [Matcher("__name__", MatchOp.EQ, UTIL), Matcher("gpu", MatchOp.EQ, "0")],
         start_ms,
         start_ms + 3_660_000,
     )
@@ -56,7 +55,7 @@ def hour_sum(engine: Engine, project: int) -> float:
         engine,
         project,
         UTIL,
-        [Matcher("gpu", "=", "0")],
+        [Matcher("gpu", MatchOp.EQ, "0")],
         start=T,
         end=T + timedelta(hours=1),
         step_s=3600,
@@ -91,7 +90,7 @@ def test_late_samples_are_read_back_then_merged(engine: Engine) -> None:
     assert counts(engine)[:2] == (0, 12)
     assert gpu0(engine, project) == expected
     assert hour_sum(engine, project) == total + 55.0
-    latest = query.latest(engine, project, UTIL, [Matcher("gpu", "=", "0")])
+    latest = query.latest(engine, project, UTIL, [Matcher("gpu", MatchOp.EQ, "0")])
     assert latest[0].value == stored[-1][1]
 
 
