@@ -239,11 +239,13 @@ def _raw(connection: Connection, conditions: Sequence[Any]) -> tuple[Any, Any, A
     if connection.dialect.name == "postgresql":
         return read_arrays(connection, *conditions)
     micros = type_coerce(samples.c.ts, BigInteger())  # SQLite keeps integer microseconds
-    rows = connection.execute(
+    result = connection.execute(
         select(samples.c.series_id, micros, samples.c.value)
         .where(*conditions)
         .order_by(samples.c.series_id, samples.c.ts)
-    ).all()
+    )
+    # The driver's plain tuples: no Row object per sample (the columns need no conversion).
+    rows = result.cursor.fetchall() if result.cursor is not None else []
     count = len(rows)
     ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=count)
     times = np.fromiter((row[1] for row in rows), dtype=np.int64, count=count)
