@@ -10,8 +10,9 @@ temporary table, ``COPY`` on PostgreSQL and one ``executemany`` on SQLite, and t
 whose (series_id, ts) a chunk already holds is a late duplicate, which ``ON CONFLICT DO
 NOTHING`` would have dropped: the chunk's value, stored first, is the one seen.
 
-The temporary table is emptied before every fill, so use one source per statement (a read
-that needs several time ranges passes them all in one call).
+The temporary table is emptied before every fill (not at commit: a read on an autocommit
+connection runs its fill and its select in transactions of their own), so use one source per
+statement (a read that needs several time ranges passes them all in one call).
 """
 
 from __future__ import annotations
@@ -72,8 +73,7 @@ _temp = Table(
 _SQLITE_INSERT = "INSERT INTO tl_chunk_samples (series_id, ts, value) VALUES (?, ?, ?)"
 _CREATE = {
     "postgresql": f"CREATE TEMPORARY TABLE IF NOT EXISTS {_TEMP_NAME} (series_id int8 NOT NULL,"
-    " ts timestamptz NOT NULL, value float8 NOT NULL, PRIMARY KEY (series_id, ts))"
-    " ON COMMIT DELETE ROWS",
+    " ts timestamptz NOT NULL, value float8 NOT NULL, PRIMARY KEY (series_id, ts))",
     "sqlite": f"CREATE TEMPORARY TABLE IF NOT EXISTS {_TEMP_NAME} (series_id INTEGER NOT NULL,"
     " ts INTEGER NOT NULL, value REAL NOT NULL, PRIMARY KEY (series_id, ts))",
 }
