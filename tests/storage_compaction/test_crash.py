@@ -9,27 +9,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
-import pytest
 from sqlalchemy import Engine
 
 from tests.storage_compaction.fleet import NOW, counts, every_read, fleet, make_project, write
-from tuneloop.storage import make_engine
-from tuneloop.storage.models import metadata
 from tuneloop.storage.timeseries.compaction import compact
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    engine = make_engine(database_url)
-    metadata.create_all(engine)
-    yield engine
-    engine.dispose()
 
 
 def kill_after(url: str, lines: int, delay_s: float) -> bool:

@@ -4,10 +4,8 @@ with the rollups' watermark deciding what may be compacted."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
-import pytest
 from sqlalchemy import Engine
 
 from tests.storage_compaction.fleet import (
@@ -20,19 +18,10 @@ from tests.storage_compaction.fleet import (
     make_project,
     write,
 )
-from tuneloop.storage import make_engine
-from tuneloop.storage.models import metadata, samples
+from tuneloop.storage.models import samples
 from tuneloop.storage.timeseries.compaction import compact
 from tuneloop.storage.timeseries.rollups import update_rollups
 from tuneloop.storage.timeseries.sample_source import sample_rows
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    engine = make_engine(database_url)
-    metadata.create_all(engine)
-    yield engine
-    engine.dispose()
 
 
 def test_every_read_is_unchanged_when_everything_is_compacted(engine: Engine) -> None:

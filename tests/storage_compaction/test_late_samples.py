@@ -4,7 +4,6 @@ nothing new does nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -20,22 +19,12 @@ from tests.storage_compaction.fleet import (
     make_project,
     write,
 )
-from tuneloop.storage import make_engine
-from tuneloop.storage.models import metadata
 from tuneloop.storage.timeseries import query
 from tuneloop.storage.timeseries.compaction import compact
 from tuneloop.storage.timeseries.store_backend import StoreBackend
 from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp, SeriesBatch
 
 GPU0 = {"Hostname": "h1", "UUID": "GPU-0", "gpu": "0", "modelName": "H100"}
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    engine = make_engine(database_url)
-    metadata.create_all(engine)
-    yield engine
-    engine.dispose()
 
 
 def gpu0(engine: Engine, project: int) -> list[tuple[int, float]]:

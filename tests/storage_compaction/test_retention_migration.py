@@ -4,7 +4,6 @@ compaction keeps every answer."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -12,18 +11,10 @@ from sqlalchemy import Engine, func, inspect, select
 
 from tests.storage_compaction.fleet import NOW, T, counts, every_read, fleet, make_project, write
 from tuneloop.storage import make_engine, migrate
-from tuneloop.storage.models import metadata, sample_chunks
+from tuneloop.storage.models import sample_chunks
 from tuneloop.storage.timeseries.compaction import compact
 from tuneloop.storage.timeseries.partitions import CHUNKS_TABLE, list_partitions
 from tuneloop.storage.timeseries.retention import apply_retention
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    engine = make_engine(database_url)
-    metadata.create_all(engine)
-    yield engine
-    engine.dispose()
 
 
 def test_retention_forgets_old_chunks_with_their_samples(engine: Engine) -> None:
