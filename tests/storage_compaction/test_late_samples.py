@@ -105,3 +105,20 @@ def test_latest_answers_from_a_chunk(engine: Engine) -> None:
     ]
     with pytest.raises(query.TooManySeries):
         query.latest(engine, project, None, max_series=11)
+
+
+def test_a_late_sample_joins_its_chunk_after_the_span_setting_changed(engine: Engine) -> None:
+    project = make_project(engine)
+    write(engine, project, fleet(hours=1))
+    compact(engine, hot_window=timedelta(0), now=NOW, after_rollups=False)
+    stored = gpu0(engine, project)
+    late = T + timedelta(minutes=40, seconds=1)
+    write(engine, project, [SeriesBatch(UTIL, GPU0, [late], [55.0])])
+
+    report = compact(
+        engine, hot_window=timedelta(0), now=NOW, after_rollups=False, span=timedelta(minutes=30)
+    )
+
+    assert (report.chunks_written, report.late_samples_merged) == (1, 1)
+    assert counts(engine)[:2] == (0, 12)
+    assert gpu0(engine, project) == sorted([*stored, (int(late.timestamp() * 1000), 55.0)])

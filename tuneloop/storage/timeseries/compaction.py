@@ -253,13 +253,23 @@ def _raw(connection: Connection, conditions: Sequence[Any]) -> tuple[Any, Any, A
     return ids, times, values
 
 
+@dataclass(frozen=True)
+class _Stored:
+    """A chunk already stored, decoded."""
+
+    end: datetime
+    times: Any
+    values: Any
+
+
 def _existing(
     connection: Connection, batch: Sequence[int], start: datetime, stop: datetime
-) -> dict[tuple[int, datetime], tuple[Any, Any]]:
+) -> dict[tuple[int, datetime], _Stored]:
     rows = connection.execute(
         select(
             sample_chunks.c.series_id,
             sample_chunks.c.start_ts,
+            sample_chunks.c.end_ts,
             sample_chunks.c.ts_blob,
             sample_chunks.c.values_blob,
         ).where(
@@ -268,7 +278,7 @@ def _existing(
             sample_chunks.c.start_ts < stop,
         )
     )
-    return {(row[0], row[1]): decode_chunk(row[2], row[3]) for row in rows}
+    return {(row[0], row[1]): _Stored(row[2], *decode_chunk(row[3], row[4])) for row in rows}
 
 
 def _chunk_rows(
@@ -276,12 +286,19 @@ def _chunk_rows(
     micros: Any,
     values: Any,
     width: timedelta,
-    existing: dict[tuple[int, datetime], tuple[Any, Any]],
+    existing: dict[tuple[int, datetime], _Stored],
 ) -> tuple[list[dict[str, Any]], int]:
     """Chunk rows for raw samples sorted by (series_id, ts), merged into ``existing`` chunks;
-    and how many raw samples went into an existing chunk."""
+    and how many raw samples went into an existing chunk.
+
+    A sample inside a stored chunk goes into it even if that chunk has another width (the
+    span setting changed since); a new span starting where a narrower stored chunk starts
+    takes it in, the chunk's end moving out to the span's."""
     width_us = width // timedelta(microseconds=1)
     spans = micros - micros % width_us
+    for (series_id, chunk_start), chunk in existing.items():
+        low, high = to_micros(chunk_start), to_micros(chunk.end)
+        spans[(ids == series_id) & (micros >= low) & (micros < high)] = low
     edges = np.flatnonzero((np.diff(ids) != 0) | (np.diff(spans) != 0)) + 1
     starts = np.concatenate(([0], edges)).tolist()
     stops = np.concatenate((edges, [len(ids)])).tolist()
@@ -289,18 +306,19 @@ def _chunk_rows(
     late = 0
     for begin, end in zip(starts, stops, strict=True):
         series_id, span_us = int(ids[begin]), int(spans[begin])
-        span_start = from_micros(span_us)
+        span_start, span_end = from_micros(span_us), from_micros(span_us + width_us)
         ts_part, value_part = micros[begin:end], values[begin:end]
         stored = existing.get((series_id, span_start))
         if stored is not None:
             late += end - begin
-            ts_part, value_part = _merged(stored, (ts_part, value_part))
+            span_end = max(span_end, stored.end)
+            ts_part, value_part = _merged((stored.times, stored.values), (ts_part, value_part))
         ts_blob, values_blob = encode_chunk(ts_part, value_part)
         rows.append(
             {
                 "series_id": series_id,
                 "start_ts": span_start,
-                "end_ts": from_micros(span_us + width_us),
+                "end_ts": span_end,
                 "sample_count": len(ts_part),
                 "ts_blob": ts_blob,
                 "values_blob": values_blob,
