@@ -144,6 +144,19 @@ def has_chunks_table(connection: Connection) -> bool:
     return bool(info[_HAS_CHUNKS])
 
 
+def compacted_inside(connection: Connection, ids: Ids, bounds: TimeRange) -> int:
+    """Samples held by the chunks of ``ids`` that lie wholly inside the inclusive ``bounds``:
+    a lower bound of what a read of the range finds, summed from the chunks' counts."""
+    if not has_chunks_table(connection):
+        return 0
+    total = connection.execute(
+        select(func.coalesce(func.sum(sample_chunks.c.sample_count), 0)).where(
+            sample_chunks.c.series_id.in_(ids), overlapping([bounds]), _inside(bounds)
+        )
+    ).scalar_one()
+    return int(total)
+
+
 def _inside(bounds: TimeRange) -> ColumnElement[bool]:
     """Chunks whose whole span lies in the inclusive ``bounds``."""
     start, end = bounds
