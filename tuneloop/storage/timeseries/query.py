@@ -423,7 +423,8 @@ def latest(
         dialect = connection.dialect.name
         statement = latest_statement(dialect, project_id, metric, matchers, since)
         ids = select(_series.c.id).where(*series_conditions(dialect, project_id, metric, matchers))
-        in_chunks = newest_in_chunks(connection, ids, since)
+        with regex_errors():
+            in_chunks = newest_in_chunks(connection, ids, since)
         if not in_chunks:
             # Stops probing after one series too many instead of probing every match.
             rows = _capped_rows(connection, statement, max_series)
