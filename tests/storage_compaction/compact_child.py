@@ -1,6 +1,6 @@
 """``python -m tests.storage_compaction.compact_child URL``: compact the store at URL as the
-tests do, one series per transaction, printing each batch's progress line at once, so a test
-can kill it in the middle."""
+tests do, one series per transaction and a chunk a minute (a slow pass), printing each batch's
+progress line at once, so a test can kill it in the middle."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def main(url: str) -> None:
         now=NOW,
         after_rollups=False,
         batch_series=1,
-        span=timedelta(minutes=5),
+        span=timedelta(minutes=1),
         progress=lambda line: print(line, flush=True),
     )
 

@@ -55,15 +55,16 @@ def test_a_killed_compaction_loses_and_duplicates_nothing(engine: Engine) -> Non
     url = engine.url.render_as_string(hide_password=False)
 
     killed = 0
-    for lines, delay_s in ((2, 0.0), (3, 0.05), (3, 0.13)):
+    for lines, delay_s in ((1, 0.0), (1, 0.03), (2, 0.1)):
         killed += kill_after(url, lines, delay_s)
         raw_rows, _, held = counts(engine)
         assert raw_rows + held == total
-        assert raw_rows > 0
+        if not raw_rows:  # a pass that ended before its kill left nothing to kill
+            break
     assert killed, "every compaction ended before it was killed: make it longer"
 
     compact(
-        engine, hot_window=timedelta(0), now=NOW, after_rollups=False, span=timedelta(minutes=5)
+        engine, hot_window=timedelta(0), now=NOW, after_rollups=False, span=timedelta(minutes=1)
     )
     assert counts(engine)[0] == 0 and counts(engine)[2] == total
     assert every_read(engine, project) == before
