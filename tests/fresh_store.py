@@ -5,11 +5,11 @@ up to some 1,200 tests; ``bench/store_fixture_setup.py``).
 SQLite: a copy of a file in which ``create_all`` made the tables once per session.
 
 PostgreSQL: the first test creates the schema and records a fingerprint of the catalog. Each
-later test drops the ``samples`` partitions the previous one wrote, checks the catalog against
-that fingerprint and, if it matches, deletes every row and restarts every sequence: the
-database is then what ``create_all`` on an empty schema makes. Anything else a test left (a
-table, a column, an index, a migration's ``alembic_version``) changes the fingerprint, and the
-schema is dropped and created again.
+later test drops the ``samples`` and ``sample_chunks`` partitions the previous one wrote,
+checks the catalog against that fingerprint and, if it matches, deletes every row and
+restarts every sequence: the database is then what ``create_all`` on an empty schema makes.
+Anything else a test left (a table, a column, an index, a migration's ``alembic_version``)
+changes the fingerprint, and the schema is dropped and created again.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from sqlalchemy import Connection, create_engine, text
 
 from tuneloop.storage import make_engine
 from tuneloop.storage.models import metadata
-from tuneloop.storage.timeseries.partitions import PARENT_TABLE
+from tuneloop.storage.timeseries.partitions import CHUNKS_TABLE, PARENT_TABLE
 
 # Every object of the public schema that the models or a test could add, change or remove.
 _CATALOG = text(
@@ -100,8 +100,9 @@ def models_schema(url: str) -> None:
 def _emptied(connection: Connection, fingerprint: str) -> bool:
     """Empty the tables if the schema is still the models' (partitions aside); False if not."""
     # Identifiers come from the catalog, quoted by format('%I'): no value of a test's in them.
-    for partition in connection.execute(_PARTITIONS, {"parent": PARENT_TABLE}).scalars():
-        connection.execute(text(f"DROP TABLE {partition}"))
+    for parent in (PARENT_TABLE, CHUNKS_TABLE):
+        for partition in connection.execute(_PARTITIONS, {"parent": parent}).scalars():
+            connection.execute(text(f"DROP TABLE {partition}"))
     if connection.execute(_CATALOG).scalar_one() != fingerprint:
         return False
     for table in reversed(metadata.sorted_tables):
