@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from examples.inference import model as models
+from examples.inference.data import digits
 from examples.inference.stats import Record, p99, windows
 from examples.inference.wire import Pool, WireError
 
@@ -101,14 +101,15 @@ async def _send(
                 correct, variant = answer["label"] == label, answer["variant"]
         except (WireError, TimeoutError):
             pass
-    records.append(Record(sent_s, time.monotonic() - start - sent_s, served, correct, variant))
+    latency = time.monotonic() - start - sent_s
+    records.append(Record(sent_s, latency, served, correct, variant, url or ""))
 
 
 async def run(args: argparse.Namespace) -> list[Record]:
     plan = schedule([float(r) for r in args.rates.split(",")], args.step_s)
     duration = plan[-1][0] + args.step_s
     times = arrivals(plan, args.step_s, args.seed)
-    _, _, x_test, y_test = models.digits()
+    _, _, x_test, y_test = digits()
     pick = np.random.default_rng(args.seed + 1).integers(0, len(y_test), size=len(times))
     records: list[Record] = []
     pool = Pool()

@@ -114,12 +114,7 @@ class ReplicaPool:
     def _stop(replica: Replica, drain_s: float) -> None:
         time.sleep(drain_s)
         replica.process.send_signal(signal.SIGTERM)
-        try:
-            replica.process.wait(15)
-        except subprocess.TimeoutExpired:
-            replica.process.kill()
-            replica.process.wait()
-        log.info("stopped replica r%d (pid %d)", replica.rank, replica.process.pid)
+        _reap(replica)
 
     def _watch(self) -> None:
         """Marks a started replica ready once it answers."""
@@ -136,8 +131,20 @@ class ReplicaPool:
         self._stopped.set()
         with self._lock:
             leaving, self.replicas = self.replicas, []
+        for replica in leaving:  # all at once: each takes seconds to finish on a busy host
+            replica.process.send_signal(signal.SIGTERM)
         for replica in leaving:
-            self._stop(replica, 0.0)
+            _reap(replica)
+
+
+def _reap(replica: Replica, timeout_s: float = 15.0) -> None:
+    """Wait for a replica told to stop; kill it if it takes longer than ``timeout_s``."""
+    try:
+        replica.process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        replica.process.kill()
+        replica.process.wait()
+    log.info("stopped replica r%d (pid %d)", replica.rank, replica.process.pid)
 
 
 class ScaleIn(BaseModel):

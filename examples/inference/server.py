@@ -39,6 +39,7 @@ from pydantic import BaseModel, Field
 
 from examples.inference import model as models
 from examples.inference.batcher import DynamicBatcher, QueueFull, check_knobs
+from examples.inference.data import FEATURES
 from examples.inference.telemetry import ServerTelemetry
 from tuneloop.agent import Agent
 from tuneloop.agent.steps import StepTracer
@@ -47,7 +48,7 @@ log = logging.getLogger("examples.inference.server")
 
 
 class PredictIn(BaseModel):
-    pixels: list[float] = Field(min_length=models.FEATURES, max_length=models.FEATURES)
+    pixels: list[float] = Field(min_length=FEATURES, max_length=FEATURES)
 
 
 class PredictOut(BaseModel):

@@ -27,6 +27,8 @@ class Record:
     served: bool
     correct: bool
     variant: str = ""
+    target: str = ""
+    """The replica it was sent to (its base URL)."""
 
 
 @dataclass(frozen=True, slots=True)
