@@ -194,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     result = summary(records, duration, args.slo_ms / 1000)
     print(json.dumps(result), flush=True)
     if args.out:
-        payload = {**result, "records": [asdict(r) for r in records]}
+        payload = {**result, "duration_s": duration, "records": [asdict(r) for r in records]}
         Path(args.out).write_text(json.dumps(payload))
 
 

@@ -92,3 +92,22 @@ def accuracy(model: nn.Module, x: np.ndarray, y: np.ndarray) -> float:
     with torch.inference_mode():
         predicted = model(torch.from_numpy(x)).argmax(dim=1).numpy()
     return float((predicted == y).mean())
+
+
+def main() -> None:
+    """``python -m examples.inference.model WEIGHTS``: train (once) and report test accuracy."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Train the served model once, save its weights")
+    parser.add_argument("weights", nargs="?", default="digits-mlp.pt")
+    args = parser.parse_args()
+    trained = load_or_train(Path(args.weights))
+    _, _, x_test, y_test = digits()
+    for name in VARIANTS:
+        score = accuracy(variant(trained, name), x_test, y_test)
+        print(f"{name}: test accuracy {score:.4f} on {len(y_test)} digits")
+    print(f"weights in {args.weights}")
+
+
+if __name__ == "__main__":
+    main()
