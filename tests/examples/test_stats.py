@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -69,3 +71,42 @@ def test_windows_count_unserved_requests_against_the_slo() -> None:
     assert slo_share(found, 0.05) == 0.5, "the empty window does not count"
     mean, low, high = bootstrap_mean([1.0, 2.0, 3.0, 4.0])
     assert mean == 2.5 and 1.0 <= low < mean < high <= 4.0
+
+
+def test_the_ab_command_reads_a_load_generator_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dataclasses import asdict
+
+    from examples.inference import ab
+
+    rng = np.random.default_rng(3)
+    a = [
+        Record(i * 0.02, float(v), True, True, "float32", "http://a")
+        for i, v in enumerate(rng.gamma(4.0, 0.01, 500))
+    ]
+    b = [
+        Record(i * 0.02, float(v), i % 7 != 0, True, "int8", "http://b")
+        for i, v in enumerate(rng.gamma(4.0, 0.004, 500))
+    ]
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"duration_s": 10.0, "records": [asdict(r) for r in a + b]}))
+    ab.main([str(run), "--a", "http://a", "--b", "http://b"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("float32: 50.0 served/s")
+    assert out[1].startswith("int8: 42.8 served/s"), "an unserved request counts against b"
+    assert out[2].startswith("latency: int8 faster")
+    with pytest.raises(SystemExit, match="no requests to http://c"):
+        ab.main([str(run), "--a", "http://a", "--b", "http://c"])
+
+
+def test_the_load_schedule_steps_its_rate() -> None:
+    from examples.inference.loadgen import arrivals, schedule
+
+    plan = schedule([20, 80, 0], 30.0)
+    times = arrivals(plan, 30.0, seed=0)
+    counts = [sum(start <= t < start + 30 for t in times) for start, _ in plan]
+    assert 500 < counts[0] < 700 and 2100 < counts[1] < 2700 and counts[2] == 0
+    assert times == sorted(times)
+    with pytest.raises(ValueError, match="non-negative"):
+        schedule([-1], 10.0)
