@@ -6,8 +6,9 @@ the scaler (the autoscaler's webhook target), the open-loop load generator, ``tu
 
 1. **Sweep** (chooses the fixed contender before any comparison): one float32 replica, no
    control plane; each (max_batch_size, max_delay_ms) of a 3 x 3 grid serves the schedule's
-   mean rate for ``--sweep-s``. The best serves the most requests among those with P99 within
-   the SLO (all of them serve the offered load below saturation), then has the lowest P99.
+   mean rate for ``--sweep-s``. The best: P99 within the SLO first, then serving at least 99%
+   of what the best-serving config served (below saturation they all serve the offered load),
+   then the lowest P99.
 2. **Runs**, ``--repeats`` times, the two contenders interleaved (their order alternates), each
    on the same schedule (``--rates`` for ``--step-s`` each) and the same seeded arrivals:
    *fixed*: one replica running the sweep's best config; *tuneloop*: one replica starting from
@@ -177,8 +178,8 @@ def sweep(plan: argparse.Namespace, weights: Path, workdir: Path) -> dict[str, i
             say(
                 f"sweep {batch} x {delay} ms at {rate:g}/s: {served} served, P99 {1e3 * p99:.0f} ms"
             )
-    within = [row for row in rows if row[2] <= plan.slo_ms / 1000] or rows
-    best = max(within, key=lambda row: (row[1], -row[2]))
+    most = max(row[1] for row in rows)
+    best = max(rows, key=lambda row: (row[2] <= plan.slo_ms / 1000, row[1] >= 0.99 * most, -row[2]))
     say(f"fixed contender: {best[0]} (served {best[1]}, P99 {1e3 * best[2]:.0f} ms)")
     return best[0]
 

@@ -35,6 +35,7 @@ import uvicorn
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
+from examples.inference.lifecycle import exit_on_sigterm
 from tuneloop.ports import free_port
 
 log = logging.getLogger("examples.inference.scaler")
@@ -183,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("server_args", nargs="*", help="after --: the server's arguments")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    exit_on_sigterm()
     pool = ReplicaPool(args.server_args, Path(args.log_dir), args.max_replicas)
     pool.scale(args.replicas, "start")
     print(f"scaler on http://{args.host}:{args.port}/scale", flush=True)

@@ -40,6 +40,7 @@ from pydantic import BaseModel, Field
 from examples.inference import model as models
 from examples.inference.batcher import DynamicBatcher, QueueFull, check_knobs
 from examples.inference.data import FEATURES
+from examples.inference.lifecycle import exit_on_sigterm
 from examples.inference.telemetry import ServerTelemetry
 from tuneloop.agent import Agent
 from tuneloop.agent.steps import StepTracer
@@ -221,6 +222,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    exit_on_sigterm()  # so that the agent acknowledges and the exporters flush on the way out
     service = make_service(args)
     print(
         f"serving {args.variant} on http://{args.host}:{args.port} {service.status()}", flush=True

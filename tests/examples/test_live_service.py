@@ -5,6 +5,8 @@ the API between two batches and acknowledges it, answers requests, and stops whe
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 import torch
 import uvicorn
@@ -123,3 +126,28 @@ def test_the_webhook_scales_real_replicas_that_take_released_knobs(
         assert process.wait(30) is not None, "the replica process stopped"
     finally:
         target.close()
+
+
+def test_a_terminated_scaler_stops_its_replicas(weights: Path, tmp_path: Path) -> None:
+    port = free_port()
+    command = [sys.executable, "-m", "examples.inference.scaler", "--port", str(port)]
+    command += ["--log-dir", str(tmp_path), "--", "--weights", str(weights)]
+    scaler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/replicas"
+
+        def listed() -> list[str]:
+            try:
+                return list(httpx.get(url, timeout=2).json()["urls"])
+            except httpx.HTTPError:
+                return []
+
+        wait_for(listed, 90, "the first replica")
+        [replica] = psutil.Process(scaler.pid).children()
+        scaler.terminate()
+        assert scaler.wait(60) == 0, "SIGTERM ends the scaler cleanly"
+        assert not replica.is_running() or replica.status() == psutil.STATUS_ZOMBIE
+    finally:
+        if scaler.poll() is None:
+            scaler.kill()
+            scaler.wait()
