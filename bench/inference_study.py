@@ -335,7 +335,7 @@ def report(results: Mapping[str, list[dict[str, Any]]], plan: argparse.Namespace
         lines.append(
             f"| {name} | {share[0]:.2f} [{share[1]:.2f}, {share[2]:.2f}] "
             f"| {served[0]:.0f} [{served[1]:.0f}, {served[2]:.0f}] "
-            f"| {sum(reps) / max(1, len(reps)):.2f} |"
+            f"| {f'{sum(reps) / len(reps):.2f}' if reps else 'n/a'} |"
         )
     pairs = list(zip(results["fixed"], results["tuneloop"], strict=True))
     share_diff = bootstrap_mean([t["within_slo"] - f["within_slo"] for f, t in pairs], plan.seed)
@@ -346,6 +346,22 @@ def report(results: Mapping[str, list[dict[str, Any]]], plan: argparse.Namespace
         f"{ratio[0]:.3f} [{ratio[1]:.3f}, {ratio[2]:.3f}] (paired by repeat, bootstrap 95%)"
     )
     return lines
+
+
+def reanalyze(plan: argparse.Namespace, root: Path, slos_ms: Sequence[float]) -> None:
+    """The tables again from a finished run's records (``ROOT/run*/load.json``), at other
+    SLOs too: how the verdict depends on the bound (the study and the autoscaler still ran
+    with the run's own)."""
+    for slo_ms in slos_ms:
+        results: dict[str, list[dict[str, Any]]] = {"fixed": [], "tuneloop": []}
+        for repeat in range(plan.repeats):
+            for name in results:
+                data = json.loads((root / f"run{repeat}-{name}" / "load.json").read_text())
+                records = [Record(**r) for r in data["records"]]
+                summary = summarize(records, plan.duration_s, slo_ms / 1000)
+                results[name].append({**summary, "replicas": None})
+        print(f"P99 bound {slo_ms:g} ms:")
+        print("\n".join(report(results, plan)))
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -363,6 +379,10 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--skip-ab", action="store_true")
     parser.add_argument("--quick", action="store_true", help="one repeat of 3 x 15 s")
     parser.add_argument("--out", help="write every run's figures here (JSON)")
+    parser.add_argument(
+        "--reanalyze", metavar="DIR", help="only print the tables of the finished run in DIR"
+    )
+    parser.add_argument("--at-slos-ms", default="", help="with --reanalyze: e.g. 150,300,600")
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats, args.step_s, args.sweep_s, args.ab_s = 1, 15.0, 5.0, 15.0
@@ -372,6 +392,10 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     plan = parse(argv)
+    if plan.reanalyze:
+        slos = [float(x) for x in plan.at_slos_ms.split(",") if x] or [plan.slo_ms]
+        reanalyze(plan, Path(plan.reanalyze), slos)
+        return
     root = Path(tempfile.mkdtemp(prefix="tuneloop-inference-"))
     weights = Path(plan.weights) if plan.weights else root / "digits-mlp.pt"
     say(f"load average {os.getloadavg()[0]:.1f}; work in {root}")
