@@ -79,8 +79,10 @@ def variant(model: nn.Module, name: Variant) -> nn.Module:
         return model
     if name == "int8":
         with warnings.catch_warnings():
-            # PyTorch 2.13 announces the quantized tensor types' future removal on every call.
+            # PyTorch 2.13 announces on every call that torch.ao.quantization moves to torchao
+            # and the quantized tensor types go; the API still works, and is the one asked for.
             warnings.simplefilter("ignore", UserWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
             quantized: nn.Module = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]
                 model, {nn.Linear}, dtype=torch.qint8
             )

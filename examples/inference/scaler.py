@@ -184,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("server_args", nargs="*", help="after --: the server's arguments")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per health check or poll
     exit_on_sigterm()
     pool = ReplicaPool(args.server_args, Path(args.log_dir), args.max_replicas)
     pool.scale(args.replicas, "start")

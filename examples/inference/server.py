@@ -222,6 +222,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per health check or poll
     exit_on_sigterm()  # so that the agent acknowledges and the exporters flush on the way out
     service = make_service(args)
     print(
