@@ -30,6 +30,7 @@ numbers):
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -232,10 +233,28 @@ def mig_shares(labels: Iterable[Mapping[str, str]]) -> dict[tuple[str, str], int
 def _share(
     millijoules: float | None, shares: Mapping[tuple[str, str], int], labels: Mapping[str, str]
 ) -> float | None:
-    if millijoules is None or MIG_INSTANCE_LABEL not in labels:
+    return None if millijoules is None else mig_share(millijoules, shares, labels)
+
+
+def mig_share(
+    millijoules: float, shares: Mapping[tuple[str, str], int], labels: Mapping[str, str]
+) -> float:
+    """The energy a series of ``labels`` is given: all of it for a whole GPU, an equal share of
+    its GPU's for a MIG instance (``shares``: :func:`mig_shares`)."""
+    if MIG_INSTANCE_LABEL not in labels:
         return millijoules
     gpu = (labels.get(HOST_LABEL, ""), labels.get(UUID_LABEL, ""))
     return millijoules / shares.get(gpu, 1)
+
+
+def counter_growth(values: Sequence[float]) -> float:
+    """The increase of an energy counter over consecutive samples, oldest first: each sample
+    paired with the one before it, a decrease counted as a reset (the new value is the growth),
+    as :func:`_energy` computes it in SQL and Prometheus' ``increase`` without extrapolation."""
+    growth = 0.0
+    for previous, value in itertools.pairwise(values):
+        growth += value - previous if value >= previous else value
+    return growth
 
 
 def labels_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

@@ -12,7 +12,7 @@ from tuneloop.storage.models import Job, Study
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuner import service
 from tuner.objectives import default_objective
-from tuner.space import IntParam, SearchSpace, SpaceError
+from tuner.space import IntParam, SearchSpace, SpaceError, power_limit_param
 from tuner.study_options import MemoryPolicy, StudyOptions, measurement_policy
 
 
@@ -40,6 +40,7 @@ def create_study(
         ack_timeout_s=body.ack_timeout_s,
         memory=MemoryPolicy(enabled=body.memory.enabled, headroom=body.memory.headroom),
         objective_expr=body.objective_expr,
+        throughput_floor=body.throughput_floor,
     )
     ranks_seen = service.require_step_timing(session, job, objective, series)
     if options.driven_by == "tuner":
@@ -62,9 +63,12 @@ def create_study(
 
 
 def search_space(body: SpaceIn) -> SearchSpace:
-    """The training space with ``params`` added, or, without ``batch_size``, a space of the
-    ``params`` alone (a service's knobs: no learning rate travels with them)."""
+    """The training space with ``params`` (and the power limit) added, or, without
+    ``batch_size``, a space of those alone (a service's knobs: no learning rate travels with
+    them)."""
     extra = [IntParam(p.name, p.low, p.high, p.log, p.powers_of_two) for p in body.params]
+    if body.power_limit_w:
+        extra.append(power_limit_param(*body.power_limit_w))
     if body.batch_size is None:
         training = [
             name

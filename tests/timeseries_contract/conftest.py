@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, insert
 
-from tests.conftest import reset_postgres
+from tests.fresh_store import copy_sqlite, models_schema
 from tests.peers import flush_victoria_metrics, running_prometheus, running_victoria_metrics
 from tuneloop.storage import make_engine
-from tuneloop.storage.models import Project, metadata
+from tuneloop.storage.models import Project
 from tuneloop.storage.prometheus.backend import PrometheusBackend
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuneloop.storage.timeseries.columns import Batch
@@ -95,12 +95,13 @@ def subject(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Subject]
     name = request.param
     if name in ("sqlite", "postgresql"):
         if name == "sqlite":
+            copy_sqlite(request.getfixturevalue("sqlite_models_file"), tmp_path / "tuneloop.db")
             url = f"sqlite:///{tmp_path / 'tuneloop.db'}"
+            engine = make_engine(url)
         else:
             url = request.getfixturevalue("postgres_server_url")
-            reset_postgres(url)
-        engine = make_engine(url)
-        metadata.create_all(engine)
+            models_schema(url)
+            engine = make_engine(url)
         try:
             yield Subject(name, StoreBackend(engine), _projects(engine), EXACT)
         finally:
