@@ -17,12 +17,28 @@ from tuner.trial_measurements import TrialMeasurements
 Bounds = tuple[Int64, Int64]
 
 
-class SpaceIn(BaseModel):
-    """The standard training space (``SearchSpace.training``); bounds are inclusive."""
+class ParamIn(BaseModel):
+    """One more integer knob of the job's config, e.g. an inference server's ``max_delay_ms``."""
 
     model_config = ConfigDict(extra="forbid")
 
-    batch_size: Bounds = Field(description="Per-device batch size [low, high]")
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", examples=["max_delay_ms"])
+    low: Int64
+    high: Int64
+    log: bool = Field(default=False, description="Search on a log scale (low >= 1)")
+    powers_of_two: bool = Field(default=False, description="Only powers of two (low >= 1)")
+
+
+class SpaceIn(BaseModel):
+    """The standard training space (``SearchSpace.training``) and any further integer knobs
+    (``params``); a space of ``params`` alone (no ``batch_size``, no learning-rate rule) tunes
+    a service's own knobs. Bounds are inclusive."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch_size: Bounds | None = Field(
+        default=None, description="Per-device batch size [low, high]; needed unless params"
+    )
     sync_period: Bounds | None = Field(
         default=None, description="Micro-steps between gradient synchronisations [low, high]"
     )
@@ -40,6 +56,12 @@ class SpaceIn(BaseModel):
         default=None, le=INTEGER_MAX, description="Global batch of base_lr (M0)"
     )
     sync_mode: Literal["accumulate", "local_sgd"] = "accumulate"
+    params: list[ParamIn] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Further integer knobs, by name, as the job's config names them",
+        examples=[[{"name": "max_delay_ms", "low": 1, "high": 64, "log": True}]],
+    )
 
 
 class MemoryIn(BaseModel):

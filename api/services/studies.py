@@ -6,13 +6,13 @@ from dataclasses import replace
 
 from sqlalchemy.orm import Session
 
-from api.schemas.studies import StudyCreate
+from api.schemas.studies import SpaceIn, StudyCreate
 from tuneloop import job_agents
 from tuneloop.storage.models import Job, Study
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuner import service
 from tuner.objectives import default_objective
-from tuner.space import SearchSpace, power_limit_param
+from tuner.space import IntParam, SearchSpace, SpaceError, power_limit_param
 from tuner.study_options import MemoryPolicy, StudyOptions, measurement_policy
 
 
@@ -29,18 +29,7 @@ def create_study(
     Raises :mod:`tuneloop.errors` kinds with one-line reasons (invalid input, among them a
     loop-driven study of a job no agent is serving; a conflict for a taken name)."""
     objective = body.objective or default_objective(job.kind).name
-    space = SearchSpace.training(
-        batch_size=body.space.batch_size,
-        sync_period=body.space.sync_period,
-        bucket_mb=body.space.bucket_mb,
-        batch_powers_of_two=body.space.batch_powers_of_two,
-        sync_powers_of_two=body.space.sync_powers_of_two,
-        lr_scaling=body.space.lr_scaling,
-        base_lr=body.space.base_lr,
-        base_batch=body.space.base_batch,
-        sync_mode=body.space.sync_mode,
-        extra=[power_limit_param(*body.space.power_limit_w)] if body.space.power_limit_w else (),
-    )
+    space = search_space(body.space)
     options = StudyOptions(
         strategy_options=body.strategy_options,
         measurement=measurement_policy(body.measurement),
@@ -70,4 +59,38 @@ def create_study(
         options=options,
         warm_start=body.warm_start,
         actor=actor,
+    )
+
+
+def search_space(body: SpaceIn) -> SearchSpace:
+    """The training space with ``params`` (and the power limit) added, or, without
+    ``batch_size``, a space of those alone (a service's knobs: no learning rate travels with
+    them)."""
+    extra = [IntParam(p.name, p.low, p.high, p.log, p.powers_of_two) for p in body.params]
+    if body.power_limit_w:
+        extra.append(power_limit_param(*body.power_limit_w))
+    if body.batch_size is None:
+        training = [
+            name
+            for name in ("sync_period", "bucket_mb", "base_lr", "base_batch")
+            if getattr(body, name) is not None
+        ]
+        if "lr_scaling" in body.model_fields_set and body.lr_scaling is not None:
+            training.append("lr_scaling")
+        if training:
+            raise SpaceError(f"{', '.join(training)} need(s) batch_size in the space")
+        if not extra:
+            raise SpaceError("the space needs batch_size or at least one of params")
+        return SearchSpace(tuple(extra))
+    return SearchSpace.training(
+        batch_size=body.batch_size,
+        sync_period=body.sync_period,
+        bucket_mb=body.bucket_mb,
+        batch_powers_of_two=body.batch_powers_of_two,
+        sync_powers_of_two=body.sync_powers_of_two,
+        lr_scaling=body.lr_scaling,
+        base_lr=body.base_lr,
+        base_batch=body.base_batch,
+        sync_mode=body.sync_mode,
+        extra=extra,
     )

@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from tests.api.conftest import Minter, bearer
 from tests.tuner import jobsim
+from tuneloop import accounts
 from tuneloop.runtime import Runtime
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import AuditEntry, Job, JobAgent
@@ -144,6 +145,15 @@ BAD_STUDIES: list[tuple[dict[str, Any], str]] = [
     ({**PROMQL, "direction": None, "objective_expr": "up"}, "promql needs a direction"),
     (PROMQL, "promql needs objective_expr"),
     ({"objective_expr": "up"}, "objective_expr is for the promql objective, not goodput"),
+    ({"space": {"lr_scaling": None}}, "the space needs batch_size or at least one of params"),
+    (
+        {"space": {"params": [{"name": "max_delay_ms", "low": 1, "high": 9}], "base_lr": 0.1}},
+        "base_lr need(s) batch_size in the space",
+    ),
+    (
+        {"space": {"params": [{"name": "max_delay_ms", "low": 0, "high": 9, "log": True}]}},
+        "max_delay_ms: log scale needs low >= 1",
+    ),
 ]
 
 
@@ -155,6 +165,47 @@ def test_bad_studies_are_refused_with_the_reason(
         assert answer.status_code == 422, (overrides, answer.text)
         assert reason in answer.json()["detail"], (overrides, answer.json())
     assert client.get(STUDIES, headers=auth["member"]).json() == [], "nothing half-created"
+
+
+def test_a_space_of_a_service_s_own_knobs(
+    client: TestClient, auth: dict[str, dict[str, str]], runtime: Runtime
+) -> None:
+    """No batch_size and no learning rate: an inference server's batching knobs by name."""
+    member = auth["member"]
+    assert client.post(JOBS, json={"name": "serve", "kind": "inference"}, headers=member).is_success
+    with session_scope(runtime.sessions) as session:
+        project = accounts.get_project_by_name(session, "alpha")
+        assert project is not None
+        project_id = project.id
+    jobsim.write_steps(
+        runtime.engine,
+        project_id,
+        "serve",
+        start=utcnow() - timedelta(seconds=30),
+        end=utcnow(),
+        per_rank=100.0,
+        ranks=1,
+    )
+    knobs = {"max_batch_size": 8, "max_delay_ms": 5}
+    agent = {**AGENT, "world_size": 1, "ranks": [{"rank": 0, "gpu_uuids": []}], "config": knobs}
+    assert client.post(f"{JOBS}/serve/agents", json=agent, headers=auth["agent"]).is_success
+    params = [
+        {"name": "max_batch_size", "low": 1, "high": 64, "powers_of_two": True},
+        {"name": "max_delay_ms", "low": 1, "high": 64, "log": True},
+    ]
+    created = client.post(
+        f"{JOBS}/serve/studies",
+        json={"name": "batching", "space": {"params": params}, "slo_s": 0.1},
+        headers=member,
+    )
+    assert created.status_code == 201, created.text
+    study = created.json()
+    assert study["objective"] == "slo_throughput", "the default for an inference service"
+    assert [p["name"] for p in study["space"]["params"]] == ["max_batch_size", "max_delay_ms"]
+    assert study["space"]["lr_scaling"] is None
+    loop_pass(runtime, study["id"])
+    [trial] = client.get(f"{JOBS}/serve/studies/batching/trials", headers=member).json()["items"]
+    assert trial["params"] == knobs, "the first trial measures what the service runs"
 
 
 def test_a_promql_objective(

@@ -1,0 +1,1 @@
+"""Runnable examples of tuneloop in use (each folder has its README.md)."""
