@@ -167,6 +167,9 @@ PHASE_SHARES = {
     "optimizer": 0.04,
 }
 STEP_PERIODS_S = (4, 6, 8, 10, 12, 15, 20, 30)
+BATCH_SAMPLES = 8 * 32
+"""The ``tuneloop.samples`` of a step (8 GPUs x 32); ``tuneloop.tokens`` at 4,096 a sample."""
+BATCH_TOKENS = BATCH_SAMPLES * 4096
 
 
 def steps_day(jobs: int = 8, ranks: int = 8, hours: float = 24.0, seed: int = 11) -> Dataset:
@@ -180,7 +183,6 @@ def steps_day(jobs: int = 8, ranks: int = 8, hours: float = 24.0, seed: int = 11
         # A step's duration: a few % of noise, and now and then a slow one (a checkpoint).
         base = period * 1e9 * rng.lognormal(0.0, 0.03, n) * np.where(rng.random(n) < 0.01, 3, 1)
         first_step = int(rng.integers(1_000, 100_000))
-        batch, tokens = 8 * 32, 8 * 32 * 4096
         job_end_ns = start_ns + np.cumsum(base).astype(np.int64)
         for rank in range(ranks):
             # Ranks end a step together (they wait on one another), a fraction of a ms apart.
@@ -198,8 +200,12 @@ def steps_day(jobs: int = 8, ranks: int = 8, hours: float = 24.0, seed: int = 11
                     SeriesKind.GAUGE,
                     np.arange(first_step, first_step + m, dtype=np.float64),
                 ),
-                Series("tuneloop_samples_per_second", labels, SeriesKind.GAUGE, batch / seconds),
-                Series("tuneloop_tokens_per_second", labels, SeriesKind.GAUGE, tokens / seconds),
+                Series(
+                    "tuneloop_samples_per_second", labels, SeriesKind.GAUGE, BATCH_SAMPLES / seconds
+                ),
+                Series(
+                    "tuneloop_tokens_per_second", labels, SeriesKind.GAUGE, BATCH_TOKENS / seconds
+                ),
             ]
             for phase, share in PHASE_SHARES.items():
                 phase_ns = np.rint(duration_ns[:m] * share * rng.normal(1.0, 0.05, m))
