@@ -182,19 +182,18 @@ def per(size: int | None, samples: int) -> str:
 
 def rows_for(name: str, data: Dataset, vm: int, stores: dict[str, Footprint]) -> list[str]:
     n = data.samples
-    lines = [f"| {name} | VictoriaMetrics | {per(vm, n)} | | | | 1.0 | | |"]
+    lines = [f"| {name} | VictoriaMetrics | {per(vm, n)} | 1.0 | | | 1.0 | | | |"]
     for store, found in stores.items():
+        plain = found.after_plain.samples if found.after_plain else None
         after = found.after.samples if found.after else None
-        ratio = "-" if after is None else f"{after / vm:.1f}"
-        rate = (
-            "-" if found.compact_s is None else f"{(found.compacted or 0) / found.compact_s:,.0f}"
-        )
+        seconds = found.compact_s
         lines.append(
             f"| {name} | {store} | {per(found.before.samples, n)} "
-            f"| {per(found.after_plain.samples if found.after_plain else None, n)} "
-            f"| **{per(after, n)}** "
-            f"| {per(found.after.rollups if found.after else None, n)} | {ratio} "
-            f"| {'-' if found.compact_s is None else f'{found.compact_s:.1f}'} | {rate} |"
+            f"| {found.before.samples / vm:.0f} | {per(plain, n)} | **{per(after, n)}** "
+            f"| {'-' if after is None else f'{after / vm:.1f}'} "
+            f"| {per(found.after.rollups if found.after else None, n)} "
+            f"| {'-' if seconds is None else f'{seconds:.1f}'} "
+            f"| {'-' if seconds is None else f'{(found.compacted or 0) / seconds:,.0f}'} |"
         )
     return lines
 
@@ -209,9 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     hours = 2.0 if args.quick else args.hours
     compact = compaction()
     lines = [
-        "| data | store | before B/sample | after, VACUUM | after B/sample | rollups B/sample "
-        "| after / VictoriaMetrics | compact s | compacted samples/s |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| data | store | before B/sample | before / VM | after, VACUUM | after B/sample "
+        "| after / VM | rollups B/sample | compact s | compacted samples/s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     loads, server = [os.getloadavg()[0]], ""
     for name in args.datasets:
