@@ -50,9 +50,10 @@ from sqlalchemy import (
     union_all,
 )
 
-from tuneloop.storage.models import ROLLUP_TABLES, Job, Series, samples
+from tuneloop.storage.models import ROLLUP_TABLES, Job, Series
 from tuneloop.storage.timeseries.query import Bind, use_connection
 from tuneloop.storage.timeseries.rollups import floor_time, partial_rows, read_watermarks
+from tuneloop.storage.timeseries.sample_source import sample_rows
 from tuneloop.storage.types import UTCDateTime
 
 UTILIZATION_METRIC = "DCGM_FI_DEV_GPU_UTIL"
@@ -285,15 +286,16 @@ def _minutes(
     if watermark is not None:
         raw_from = max(raw_from, watermark)
     if raw_from < end:
+        source = sample_rows(connection, series_ids, [(raw_from, end)])
         parts.append(
             partial_rows(
-                samples,
+                source,
                 MINUTE_S,
                 dialect,
                 fields,
-                samples.c.series_id.in_(series_ids),
-                samples.c.ts >= raw_from,
-                samples.c.ts < end,
+                source.c.series_id.in_(series_ids),
+                source.c.ts >= raw_from,
+                source.c.ts < end,
             )
         )
     if not parts:
@@ -320,17 +322,18 @@ def _energy(
     """series id -> counter increase in ``[start, end)`` (the counter's unit)."""
     if not series_ids:
         return {}
+    source = sample_rows(connection, series_ids, [(start - ENERGY_LOOKBACK, end)])
     previous = (
-        func.lag(samples.c.value)
-        .over(partition_by=samples.c.series_id, order_by=samples.c.ts)
+        func.lag(source.c.value)
+        .over(partition_by=source.c.series_id, order_by=source.c.ts)
         .label("previous")
     )
     paired = (
-        select(samples.c.series_id, samples.c.ts, samples.c.value, previous)
+        select(source.c.series_id, source.c.ts, source.c.value, previous)
         .where(
-            samples.c.series_id.in_(series_ids),
-            samples.c.ts >= start - ENERGY_LOOKBACK,
-            samples.c.ts < end,
+            source.c.series_id.in_(series_ids),
+            source.c.ts >= start - ENERGY_LOOKBACK,
+            source.c.ts < end,
         )
         .subquery("paired")
     )

@@ -79,6 +79,11 @@ def merge_samples(
         return max(cursor.rowcount, 0)
 
 
+def copy_arrays(connection: Connection, table: str, blocks: list[SampleArrays]) -> None:
+    """``COPY`` blocks of (series_id, ts, value) arrays into ``table`` (``samples``' columns)."""
+    _copy(_driver(connection), table, [], blocks)
+
+
 def _driver(connection: Connection) -> psycopg.Connection[Any]:
     return cast("psycopg.Connection[Any]", connection.connection.driver_connection)
 
