@@ -45,6 +45,7 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from remote_write import interval
 from storage_footprint import compaction
 
 from dashboards.generate import fleet
@@ -295,6 +296,16 @@ def main() -> None:
             f"| {name} | {medians[name] * 1000:,.0f} | {with_fetch[name] * 1000:,.0f} "
             f"| {rows[name]:,} | {medians['raw samples'] / medians[name]:.1f} "
             f"| {with_fetch['raw samples'] / with_fetch[name]:.1f} |"
+        )
+    if args.compacted:
+        # Paired per repeat (the two ran back to back), so load swings cancel out.
+        ratios = [
+            c / r for c, r in zip(server["rollups, compacted"], server["rollups"], strict=True)
+        ]
+        median, low, high = interval(ratios)
+        print(
+            f"\ncompacted / rollups, server time: **{median:.2f}** [{low:.2f}-{high:.2f}] "
+            f"(median of {args.repeats} paired repeats, 95% interval)"
         )
 
 
