@@ -9,6 +9,8 @@ bit, NaN payloads included, so Prometheus' stale marker (a NaN with its own payl
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from pcodec import ChunkConfig, standalone
 
@@ -37,8 +39,13 @@ def encode_chunk(ts_us: Int64Array, values: Float64Array) -> tuple[bytes, bytes]
 
 def decode_chunk(ts_blob: bytes, values_blob: bytes) -> tuple[Int64Array, Float64Array]:
     """The arrays :func:`encode_chunk` was given, bit for bit."""
-    ts_us = np.asarray(standalone.simple_decompress(bytes(ts_blob)), dtype=np.int64)
-    values = np.asarray(standalone.simple_decompress(bytes(values_blob)), dtype=np.float64)
+    ts_us = _array(standalone.simple_decompress(bytes(ts_blob)), np.int64)
+    values = _array(standalone.simple_decompress(bytes(values_blob)), np.float64)
     if ts_us.shape != values.shape:
         raise CorruptChunk(f"chunk holds {len(ts_us)} timestamps but {len(values)} values")
     return ts_us, values
+
+
+def _array(decoded: Any, dtype: Any) -> Any:
+    # pcodec decodes an empty column to None.
+    return np.empty(0, dtype=dtype) if decoded is None else np.asarray(decoded, dtype=dtype)

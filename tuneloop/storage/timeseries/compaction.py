@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 import numpy as np
-from sqlalchemy import BigInteger, Connection, Engine, Table, delete, func, insert, select, tuple_
+from sqlalchemy import BigInteger, Connection, Engine, Table, delete, insert, select, tuple_
 from sqlalchemy.sql.expression import type_coerce
 
 from tuneloop.settings import get_settings
@@ -32,6 +32,7 @@ from tuneloop.storage.models import Series, sample_chunks, samples
 from tuneloop.storage.timeseries.chunk_codec import decode_chunk, encode_chunk
 from tuneloop.storage.timeseries.partitions import ensure_chunk_partitions
 from tuneloop.storage.timeseries.rollups import DEFAULT_LATENESS_S, MINUTE_S, read_watermarks
+from tuneloop.storage.timeseries.samples_postgres import read_arrays
 from tuneloop.storage.types import from_micros, to_micros, utcnow
 
 _series = cast(Table, Series.__table__)
@@ -234,15 +235,17 @@ def _compact_unit(
 
 
 def _raw(connection: Connection, conditions: Sequence[Any]) -> tuple[Any, Any, Any]:
-    micros: Any = type_coerce(samples.c.ts, BigInteger())  # SQLite keeps integer microseconds
+    """The unit's raw samples as arrays sorted by (series_id, ts)."""
     if connection.dialect.name == "postgresql":
-        # extract() is numeric since PostgreSQL 14: exact to the microsecond.
-        micros = (func.extract("epoch", samples.c.ts) * 1_000_000).cast(BigInteger)
-    rows = connection.execute(
+        return read_arrays(connection, *conditions)
+    micros = type_coerce(samples.c.ts, BigInteger())  # SQLite keeps integer microseconds
+    result = connection.execute(
         select(samples.c.series_id, micros, samples.c.value)
         .where(*conditions)
         .order_by(samples.c.series_id, samples.c.ts)
-    ).all()
+    )
+    # The driver's plain tuples: no Row object per sample (the columns need no conversion).
+    rows = result.cursor.fetchall() if result.cursor is not None else []
     count = len(rows)
     ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=count)
     times = np.fromiter((row[1] for row in rows), dtype=np.int64, count=count)
@@ -250,13 +253,23 @@ def _raw(connection: Connection, conditions: Sequence[Any]) -> tuple[Any, Any, A
     return ids, times, values
 
 
+@dataclass(frozen=True)
+class _Stored:
+    """A chunk already stored, decoded."""
+
+    end: datetime
+    times: Any
+    values: Any
+
+
 def _existing(
     connection: Connection, batch: Sequence[int], start: datetime, stop: datetime
-) -> dict[tuple[int, datetime], tuple[Any, Any]]:
+) -> dict[tuple[int, datetime], _Stored]:
     rows = connection.execute(
         select(
             sample_chunks.c.series_id,
             sample_chunks.c.start_ts,
+            sample_chunks.c.end_ts,
             sample_chunks.c.ts_blob,
             sample_chunks.c.values_blob,
         ).where(
@@ -265,7 +278,7 @@ def _existing(
             sample_chunks.c.start_ts < stop,
         )
     )
-    return {(row[0], row[1]): decode_chunk(row[2], row[3]) for row in rows}
+    return {(row[0], row[1]): _Stored(row[2], *decode_chunk(row[3], row[4])) for row in rows}
 
 
 def _chunk_rows(
@@ -273,12 +286,19 @@ def _chunk_rows(
     micros: Any,
     values: Any,
     width: timedelta,
-    existing: dict[tuple[int, datetime], tuple[Any, Any]],
+    existing: dict[tuple[int, datetime], _Stored],
 ) -> tuple[list[dict[str, Any]], int]:
     """Chunk rows for raw samples sorted by (series_id, ts), merged into ``existing`` chunks;
-    and how many raw samples went into an existing chunk."""
+    and how many raw samples went into an existing chunk.
+
+    A sample inside a stored chunk goes into it even if that chunk has another width (the
+    span setting changed since); a new span starting where a narrower stored chunk starts
+    takes it in, the chunk's end moving out to the span's."""
     width_us = width // timedelta(microseconds=1)
     spans = micros - micros % width_us
+    for (series_id, chunk_start), chunk in existing.items():
+        low, high = to_micros(chunk_start), to_micros(chunk.end)
+        spans[(ids == series_id) & (micros >= low) & (micros < high)] = low
     edges = np.flatnonzero((np.diff(ids) != 0) | (np.diff(spans) != 0)) + 1
     starts = np.concatenate(([0], edges)).tolist()
     stops = np.concatenate((edges, [len(ids)])).tolist()
@@ -286,18 +306,19 @@ def _chunk_rows(
     late = 0
     for begin, end in zip(starts, stops, strict=True):
         series_id, span_us = int(ids[begin]), int(spans[begin])
-        span_start = from_micros(span_us)
+        span_start, span_end = from_micros(span_us), from_micros(span_us + width_us)
         ts_part, value_part = micros[begin:end], values[begin:end]
         stored = existing.get((series_id, span_start))
         if stored is not None:
             late += end - begin
-            ts_part, value_part = _merged(stored, (ts_part, value_part))
+            span_end = max(span_end, stored.end)
+            ts_part, value_part = _merged((stored.times, stored.values), (ts_part, value_part))
         ts_blob, values_blob = encode_chunk(ts_part, value_part)
         rows.append(
             {
                 "series_id": series_id,
                 "start_ts": span_start,
-                "end_ts": from_micros(span_us + width_us),
+                "end_ts": span_end,
                 "sample_count": len(ts_part),
                 "ts_blob": ts_blob,
                 "values_blob": values_blob,

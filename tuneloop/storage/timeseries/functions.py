@@ -68,11 +68,11 @@ from sqlalchemy import (
 from tuneloop.storage.models import Series
 from tuneloop.storage.timeseries.query import (
     Bind,
-    check_range,
     matched_series,
     regex_errors,
     use_connection,
 )
+from tuneloop.storage.timeseries.query_checks import check_range
 from tuneloop.storage.timeseries.rollups import time_bucket
 from tuneloop.storage.timeseries.sample_source import sample_rows
 from tuneloop.storage.timeseries.types import Matcher, RangeSeries, SeriesInfo

@@ -40,6 +40,10 @@ from sqlalchemy.exc import DBAPIError
 
 from tuneloop.regex import InvalidRegex, compile_anchored, postgres_pattern
 from tuneloop.storage.models import ROLLUP_TABLES, Series, samples
+from tuneloop.storage.timeseries.query_checks import (
+    MAX_POINTS_PER_SERIES as MAX_POINTS_PER_SERIES,
+)
+from tuneloop.storage.timeseries.query_checks import check_aware, check_query
 from tuneloop.storage.timeseries.rollups import (
     ceil_time,
     floor_time,
@@ -58,10 +62,6 @@ from tuneloop.storage.timeseries.types import (
     SeriesInfo,
     SeriesKind,
 )
-from tuneloop.storage.types import to_micros
-
-MAX_POINTS_PER_SERIES = 11_000
-"""Prometheus' limit: more points than a screen has pixels is a mistake, not a query."""
 
 METRIC_LABEL = "__name__"
 """Matcher name that matches the metric name instead of a label, as in PromQL."""
@@ -277,41 +277,6 @@ def query_range(
     return _range_series(found, rows)
 
 
-def check_query(
-    start: datetime, end: datetime, step_s: int, aggregation: Aggregation, q: float | None
-) -> None:
-    """Raise ``ValueError`` unless :func:`query_range` can answer this range and
-    aggregation (``q`` given for a quantile and only for it)."""
-    check_range(start, end, step_s)
-    if aggregation is Aggregation.QUANTILE:
-        if q is None or not 0.0 <= q <= 1.0:
-            raise ValueError(f"quantile needs q in [0, 1], got {q}")
-    elif q is not None:
-        raise ValueError(f"q is only meaningful for quantile, not {aggregation.value}")
-
-
-def check_range(start: datetime, end: datetime, step_s: int) -> None:
-    """Raise ``ValueError`` unless ``[start, end)`` at ``step_s`` is a valid range query of
-    at most :data:`MAX_POINTS_PER_SERIES` points per series."""
-    _check_aware(start, end)
-    if end <= start:
-        raise ValueError(f"end {end.isoformat()} must be after start {start.isoformat()}")
-    if step_s <= 0:
-        raise ValueError(f"step_s must be a positive number of seconds, got {step_s}")
-    step_us = step_s * 1_000_000
-    points = (to_micros(end) - 1) // step_us - to_micros(start) // step_us + 1
-    if points > MAX_POINTS_PER_SERIES:
-        raise ValueError(
-            f"the range and step give {points} points per series, more than "
-            f"{MAX_POINTS_PER_SERIES}; use a larger step or a shorter range"
-        )
-
-
-def _check_aware(*values: datetime) -> None:
-    if any(value.tzinfo is None for value in values):
-        raise ValueError("naive datetime: tuneloop timestamps must be timezone-aware")
-
-
 def _tiers(connection: Connection, step_s: int) -> list[tuple[int, datetime]]:
     """Rollups that can serve ``step_s`` (its width divides the step), coarsest first, with
     their watermarks."""
@@ -453,12 +418,13 @@ def latest(
     PostgreSQL also keeps older partitions out of the scan). Series without one are left out.
     Raises :class:`TooManySeries` if more than ``max_series`` series have one."""
     if since is not None:
-        _check_aware(since)
+        check_aware(since)
     with use_connection(bind) as connection:
         dialect = connection.dialect.name
         statement = latest_statement(dialect, project_id, metric, matchers, since)
         ids = select(_series.c.id).where(*series_conditions(dialect, project_id, metric, matchers))
-        in_chunks = newest_in_chunks(connection, ids, since)
+        with regex_errors():
+            in_chunks = newest_in_chunks(connection, ids, since)
         if not in_chunks:
             # Stops probing after one series too many instead of probing every match.
             rows = _capped_rows(connection, statement, max_series)

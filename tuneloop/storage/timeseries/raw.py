@@ -40,7 +40,7 @@ from tuneloop.storage.timeseries.query import (
     regex_errors,
     series_conditions,
 )
-from tuneloop.storage.timeseries.sample_source import sample_rows
+from tuneloop.storage.timeseries.sample_source import compacted_inside, sample_rows
 from tuneloop.storage.timeseries.types import Matcher, MatchOp
 from tuneloop.storage.types import from_micros
 
@@ -92,7 +92,11 @@ def count_samples(
     """Samples a :func:`read` of the same arguments would load, counted up to ``limit + 1``
     (an index-only scan that stops there, never a count of everything)."""
     ids = select(_series.c.id).where(*_conditions(connection.dialect.name, project_id, matchers))
+    bounds = (from_micros(start_ms * 1000), from_micros(end_ms * 1000))
     with regex_errors():
+        # Past the limit on whole chunks alone: refused without decoding anything.
+        if compacted_inside(connection, ids, bounds) > limit:
+            return limit + 1
         source = _source(connection, ids, start_ms, end_ms)
     bounded = (
         select(source.c.series_id)

@@ -10,8 +10,9 @@ temporary table, ``COPY`` on PostgreSQL and one ``executemany`` on SQLite, and t
 whose (series_id, ts) a chunk already holds is a late duplicate, which ``ON CONFLICT DO
 NOTHING`` would have dropped: the chunk's value, stored first, is the one seen.
 
-The temporary table is emptied before every fill, so use one source per statement (a read
-that needs several time ranges passes them all in one call).
+The temporary table is emptied before every fill (not at commit: a read on an autocommit
+connection runs its fill and its select in transactions of their own), so use one source per
+statement (a read that needs several time ranges passes them all in one call).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ TimeRange = tuple[datetime | None, datetime | None]
 
 Ids = Select[Any] | Sequence[int]
 
+_HAS_CHUNKS = "tuneloop.sample_chunks"
 _TEMP_NAME = "tl_chunk_samples"
 _temp = Table(
     _TEMP_NAME,
@@ -71,8 +73,7 @@ _temp = Table(
 _SQLITE_INSERT = "INSERT INTO tl_chunk_samples (series_id, ts, value) VALUES (?, ?, ?)"
 _CREATE = {
     "postgresql": f"CREATE TEMPORARY TABLE IF NOT EXISTS {_TEMP_NAME} (series_id int8 NOT NULL,"
-    " ts timestamptz NOT NULL, value float8 NOT NULL, PRIMARY KEY (series_id, ts))"
-    " ON COMMIT DELETE ROWS",
+    " ts timestamptz NOT NULL, value float8 NOT NULL, PRIMARY KEY (series_id, ts))",
     "sqlite": f"CREATE TEMPORARY TABLE IF NOT EXISTS {_TEMP_NAME} (series_id INTEGER NOT NULL,"
     " ts INTEGER NOT NULL, value REAL NOT NULL, PRIMARY KEY (series_id, ts))",
 }
@@ -87,6 +88,8 @@ def sample_rows(
     ``presence_only``: the read only asks whether a series has a sample in the range (one
     range), so a chunk wholly inside it stands for its samples as one row at its start, value
     0, without being decoded; only the chunks at the range's edges are."""
+    if not has_chunks_table(connection):
+        return samples
     wanted = [sample_chunks.c.series_id.in_(ids), overlapping(ranges)]
     if presence_only:
         if len(ranges) != 1:
@@ -123,6 +126,37 @@ def sample_rows(
     return union_all(*branches).subquery("chunked_samples")
 
 
+def has_chunks_table(connection: Connection) -> bool:
+    """Whether the store is at migration 0013 or later. Remembered per database connection
+    once true, so only a store not migrated yet (a process started before ``tuneloop db
+    upgrade``, or a test at an older revision) pays a catalog lookup per read: such a store
+    holds no chunks, and its reads stay those of before."""
+    info = connection.connection.info
+    if info.get(_HAS_CHUNKS):
+        return True
+    if connection.dialect.name == "postgresql":
+        found = connection.execute(text("SELECT to_regclass('sample_chunks') IS NOT NULL"))
+    else:
+        found = connection.execute(
+            text("SELECT count(*) > 0 FROM sqlite_master WHERE name = 'sample_chunks'")
+        )
+    info[_HAS_CHUNKS] = bool(found.scalar())
+    return bool(info[_HAS_CHUNKS])
+
+
+def compacted_inside(connection: Connection, ids: Ids, bounds: TimeRange) -> int:
+    """Samples held by the chunks of ``ids`` that lie wholly inside the inclusive ``bounds``:
+    a lower bound of what a read of the range finds, summed from the chunks' counts."""
+    if not has_chunks_table(connection):
+        return 0
+    total = connection.execute(
+        select(func.coalesce(func.sum(sample_chunks.c.sample_count), 0)).where(
+            sample_chunks.c.series_id.in_(ids), overlapping([bounds]), _inside(bounds)
+        )
+    ).scalar_one()
+    return int(total)
+
+
 def _inside(bounds: TimeRange) -> ColumnElement[bool]:
     """Chunks whose whole span lies in the inclusive ``bounds``."""
     start, end = bounds
@@ -137,6 +171,8 @@ def newest_in_chunks(
 ) -> dict[int, tuple[datetime, float]]:
     """series id -> (time, value) of the newest compacted sample at or after ``since``, for the
     series ``ids`` selects; empty (one probe of the chunks' key) when no chunk qualifies."""
+    if not has_chunks_table(connection):
+        return {}
     newest = select(sample_chunks.c.series_id, func.max(sample_chunks.c.start_ts).label("start"))
     newest = newest.where(sample_chunks.c.series_id.in_(ids), overlapping([(since, None)]))
     last = newest.group_by(sample_chunks.c.series_id).subquery("last_chunks")
