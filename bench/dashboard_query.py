@@ -7,7 +7,10 @@ range at the panel's ``maxDataPoints`` (``$__interval`` = 1h) with every host an
 selected: the panel as shipped, and ``RAW_SQL``, the panel written on raw samples (grouped per
 series with ``$__timeGroup``); the script checks both give the same points before timing.
 With ``--previous`` it also times the panel and schema of revision 0006 (``PREVIOUS_SQL`` on a
-copy of the database downgraded to 0006), on the same rows.
+copy of the database downgraded to 0006), on the same rows. With ``--compacted`` it also times
+the panel on a copy whose raw samples ``compact`` has turned into compressed chunks (every
+closed hour the rollups cover), the same data; both databases are then vacuumed and analyzed
+first, as autovacuum would leave them after the deletes.
 
 They run interleaved, in a scratch database that the script creates (migrated with
 ``tuneloop db upgrade``, filled server-side, rolled up with ``update_rollups`` as the periodic
@@ -17,6 +20,7 @@ TIMING OFF)``'s execution time) and with the rows fetched into Python::
 
     .venv/bin/python bench/dashboard_query.py              # 1,000 series, 7 days, 1 sample/min
     .venv/bin/python bench/dashboard_query.py --previous   # also the 0006 panel and schema
+    .venv/bin/python bench/dashboard_query.py --compacted  # also over compacted samples
     .venv/bin/python bench/dashboard_query.py --quick      # a smoke run
 """
 
@@ -40,6 +44,9 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from remote_write import interval
+from storage_footprint import compaction
 
 from dashboards.generate import fleet
 from dashboards.grafana_sql import GrafanaQuery, Variable
@@ -207,6 +214,7 @@ def main() -> None:
     parser.add_argument("--step", type=int, default=60, help="seconds between samples")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--previous", action="store_true", help="also time revision 0006")
+    parser.add_argument("--compacted", action="store_true", help="also over compacted samples")
     parser.add_argument("--quick", action="store_true", help="100 series, 1 day, 3 repeats")
     parser.add_argument("--url", default=DEFAULT_URL)
     args = parser.parse_args()
@@ -225,6 +233,8 @@ def main() -> None:
         began = time.perf_counter()
         roll_up(engine, start, end)
         log(f"rolled up in {time.perf_counter() - began:.1f} s")
+        if args.compacted:
+            vacuum_analyze(engine)
         with engine.begin() as connection:
             connection.execute(text("ANALYZE"))  # the rollups' statistics, as autovacuum keeps
             hosts = [
@@ -239,6 +249,10 @@ def main() -> None:
             previous_url = stack.enter_context(scratch_database(args.url, template=url))
             migrate.downgrade(previous_url, "0006")
             engines["previous"] = stack.enter_context(disposing(make_engine(previous_url)))
+        if args.compacted:
+            compacted_url = stack.enter_context(scratch_database(args.url, template=url))
+            engines["compacted"] = stack.enter_context(disposing(make_engine(compacted_url)))
+            compact_copy(engines["compacted"], end)
         engines["current"] = stack.enter_context(disposing(make_engine(url)))
 
         variables = {
@@ -249,6 +263,8 @@ def main() -> None:
         sql, max_data_points = fleet_panel()
         query = GrafanaQuery(start, end, variables, max_data_points=max_data_points)
         contenders = {"rollups": (engines["current"], query.expand(sql))}
+        if args.compacted:
+            contenders["rollups, compacted"] = (engines["compacted"], query.expand(sql))
         if args.previous:
             contenders["rollups, revision 0006"] = (engines["previous"], query.expand(PREVIOUS_SQL))
         contenders["raw samples"] = (engines["current"], query.expand(RAW_SQL))
@@ -281,6 +297,32 @@ def main() -> None:
             f"| {rows[name]:,} | {medians['raw samples'] / medians[name]:.1f} "
             f"| {with_fetch['raw samples'] / with_fetch[name]:.1f} |"
         )
+    if args.compacted:
+        # Paired per repeat (the two ran back to back), so load swings cancel out.
+        ratios = [
+            c / r for c, r in zip(server["rollups, compacted"], server["rollups"], strict=True)
+        ]
+        median, low, high = interval(ratios)
+        print(
+            f"\ncompacted / rollups, server time: **{median:.2f}** [{low:.2f}-{high:.2f}] "
+            f"(median of {args.repeats} paired repeats, 95% interval)"
+        )
+
+
+def vacuum_analyze(engine: Engine) -> None:
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        connection.execute(text("VACUUM ANALYZE"))
+
+
+def compact_copy(engine: Engine, end: datetime) -> None:
+    """Compact every closed hour of ``engine``'s samples that the rollups cover, as the
+    periodic pass would just after the last rollup pass of :func:`roll_up`."""
+    compact = compaction()
+    if compact is None:
+        raise SystemExit("compaction not available (tuneloop.storage.timeseries.compaction)")
+    report = compact(engine, hot_window=timedelta(0), now=end + timedelta(minutes=2))
+    log(f"compacted: {report}")
+    vacuum_analyze(engine)
 
 
 @contextmanager
