@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, SupportsFloat
 
 from tuneloop.agent.client import ControlPlaneClient, RankInfo, Released
+from tuneloop.agent.knobs import Knob, check_unique
 from tuneloop.agent.noise import GradientNoiseScale
 from tuneloop.agent.subscription import ConfigSubscription
 
@@ -109,11 +110,16 @@ class Agent:
         ranks: Sequence[RankInfo] | None = None,
         *,
         details: Mapping[str, Any] | None = None,
+        knobs: Sequence[Knob] = (),
     ) -> None:
         """Start with the job's own ``config``. On rank 0: register (with ``ranks``, every
-        rank's GPUs; default: ranks without GPUs) and subscribe, in the background, so an
-        unreachable control plane never holds the job up."""
-        self.config = dict(config)
+        rank's host and GPUs; default: ranks on this host without GPUs, and ``knobs``, the
+        job's own settings a study may search) and subscribe, in the background, so an
+        unreachable control plane never holds the job up. A knob missing from ``config``
+        starts at its default."""
+        check_unique(knobs)
+        self.config = {**{k.name: k.default for k in knobs}, **dict(config)}
+        declarations = [k.declaration() for k in knobs]
         if self.rank != 0:
             return
         client = self._client
@@ -131,6 +137,7 @@ class Agent:
                 config=self.config,
                 pid=os.getpid(),
                 details={"sdk": "tuneloop.agent", **(details or {})},
+                knobs=declarations,
             )
 
         self._subscription = ConfigSubscription(
