@@ -35,9 +35,7 @@ def start_job(live: Live, tmp_path: Path) -> list[subprocess.Popen[str]]:
     command += ["--input-delay-ms", "30", "--sync-latency-ms", "0"]
     env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
     env.update(MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
-    return [
-        subprocess.Popen(command, text=True, env={**env, "RANK": str(rank)}) for rank in (0, 1)
-    ]
+    return [subprocess.Popen(command, text=True, env={**env, "RANK": str(rank)}) for rank in (0, 1)]
 
 
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
@@ -70,9 +68,7 @@ def test_declared_loader_knobs_are_tuned_from_the_diagnosis_and_applied_at_one_s
         assert member.get(f"{job_url}/config").json()["desired"]["config"] == START
 
         # Out of the declared range: refused by the API, naming the knob.
-        refused = member.put(
-            f"{job_url}/config", json={"config": {**START, "loader_workers": 99}}
-        )
+        refused = member.put(f"{job_url}/config", json={"config": {**START, "loader_workers": 99}})
         assert refused.status_code == 422
         assert "loader_workers=99" in refused.json()["detail"]
 
