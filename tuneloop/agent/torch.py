@@ -54,6 +54,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tuneloop.agent.agent import Agent
 from tuneloop.agent.client import RankInfo
 from tuneloop.agent.knobs import BUCKET_MB, GRAD_COMPRESSION, Knob, KnobError, check_unique
+from tuneloop.agent.torch_loader import LoaderSettings as LoaderSettings
 from tuneloop.learning_rate import (
     LR_SCALINGS,
     SYNC_MODES,
