@@ -5,19 +5,25 @@ declared knobs through the ordinary route; a CPU rank named as straggler with it
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
 
 from tests.api.conftest import Minter, bearer
 from tests.api.test_diagnosis_api import COMPUTE, INPUT
 from tests.helpers import cli_runner
 from tests.tuner.stepspans import write_gauge, write_steps
 from tuneloop.cli import app
-from tuneloop.step_timing import SAMPLES_PER_SECOND
+from tuneloop.runtime import Runtime
+from tuneloop.step_timing import SAMPLES_PER_SECOND, STRAGGLER_RATIO
+from tuneloop.storage.models import Job
 from tuneloop.storage.types import utcnow
+from tuner.diagnosis_reading import job_diagnosis
+from tuner.diagnosis_series import diagnosis_batches
 
 JOBS = "/api/v1/projects/alpha/jobs"
 LOADER_KNOBS = [
@@ -161,7 +167,12 @@ def test_a_study_space_names_declared_knobs(
 
 
 def test_a_cpu_rank_named_as_straggler_has_its_host(
-    client: TestClient, engine: Engine, tokens: dict[str, dict[str, str]]
+    client: TestClient,
+    engine: Engine,
+    tokens: dict[str, dict[str, str]],
+    runtime: Runtime,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     cpu_job(client, engine, tokens, "lagging", COMPUTE, [], slow={1: 1.5}, noise=0.05)
     agent = client.get(f"{JOBS}/lagging/agents", headers=tokens["member"]).json()[-1]
@@ -174,6 +185,21 @@ def test_a_cpu_rank_named_as_straggler_has_its_host(
     )
     [lag] = found.json()["stragglers"]
     assert (lag["rank"], lag["host"], lag["gpus"]) == ("1", "cpu-b", [])
+    # The gauge the JobStraggler alert reads carries it as its Hostname label.
+    now = utcnow()
+    with Session(engine) as session:
+        job = session.scalars(select(Job).where(Job.name == "lagging")).one()
+        diagnosed = job_diagnosis(
+            runtime.series(), engine, job, end=now, window=timedelta(minutes=2)
+        )
+    [ratio] = [
+        b for b in diagnosis_batches("lagging", diagnosed, now) if b.metric == STRAGGLER_RATIO
+    ]
+    assert ratio.labels["Hostname"] == "cpu-b" and "gpu" not in ratio.labels
+    with cli_runner(database_url, monkeypatch) as cli:
+        shown = cli.invoke(app, ["job", "diagnose", "lagging", "--window", "2m"])
+        assert shown.exit_code == 0, shown.output
+        assert any(line.split()[:2] == ["1", "cpu-b"] for line in shown.output.splitlines())
 
 
 def test_cli_job_tune_from_diagnosis(
