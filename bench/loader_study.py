@@ -231,8 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_1m_after": os.getloadavg()[0],
     }
     d, t = summary["default"], summary["tuned"]
-    print(f"default {DEFAULT}: median {d['median']:.1f} samples/s, mean 95% CI {d['ci95']}")
-    print(f"tuned {tuned['tuned']}: median {t['median']:.1f} samples/s, mean 95% CI {t['ci95']}")
+    for label, row in (("default", d), ("tuned", t)):
+        low, high = row["ci95"]
+        print(
+            f"{label} {configs[label]}: median {row['median']:.1f} samples/s, "
+            f"mean {row['mean']:.1f} (95% CI {low:.1f}..{high:.1f})"
+        )
     diff = summary["difference"]
     print(
         f"tuned / default (medians) {summary['tuned_over_default_median']:.2f}; difference "
