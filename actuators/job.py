@@ -220,9 +220,9 @@ def measure(
 
 
 def needs_reconcile(session: Session, job: Job) -> bool:
-    """Whether a pass could do anything: a desired version not released yet, or a change not
-    verified yet. A cheap read, so pollers of a settled job never write (on SQLite every
-    write competes for the one writer lock)."""
+    """Whether a pass could do anything: a desired version not released yet, a change not
+    verified yet, or one the job could not run. A cheap read, so pollers of a settled job never
+    write (on SQLite every write competes for the one writer lock)."""
     row = job_configs.actuator_row(session, job)
     newest = session.scalar(
         select(func.max(JobConfig.version)).where(
@@ -233,8 +233,11 @@ def needs_reconcile(session: Session, job: Job) -> bool:
         return newest is not None
     if newest != row.released_version:
         return True
-    if row.released_version == row.last_good_version or row.released_version is None:
+    if row.released_version is None:
         return False
+    if row.released_version == row.last_good_version:
+        # Kept, unless the job said since that it could not run it.
+        return bool(_refusal(session, job, _desired(session, job, row.released_version)))
     # A study's trial stays unverified until the study ends: nothing to do meanwhile.
     released = _desired(session, job, row.released_version)
     return released is None or role_of(released) != "study_trial"
@@ -266,6 +269,7 @@ def reconcile_job(
         approved_version=row.approved_version,
         changed_at=row.changed_at.timestamp() if row.changed_at else None,
         baseline=Stats.from_dict(row.baseline),
+        **_refusal(session, job, released),
     )
     if verification_due(policy, view):
         assert row.changed_at is not None
@@ -295,6 +299,20 @@ def reconcile_job(
     except StaleDataError as exc:
         raise ReconcileConflict(f"job {job.name!r}: actuator state changed meanwhile") from exc
     return decision
+
+
+def _refusal(session: Session, job: Job, released: JobConfig | None) -> dict[str, Any]:
+    """The view's ``refused`` and ``running`` when the job's latest observed version says it
+    could not run the released one."""
+    observed = job_configs.latest_config(session, job, "observed")
+    if (
+        released is None
+        or observed is None
+        or observed.acknowledged_version != released.version
+        or observed.status not in job_configs.FAILED_STATUSES
+    ):
+        return {}
+    return {"refused": observed.reason or observed.status, "running": dict(observed.config)}
 
 
 def _fields(view: View) -> dict[str, Any]:
@@ -435,6 +453,11 @@ def _mark(
             JobConfigMark.job_id == job.id, JobConfigMark.version == version
         )
     ).one_or_none()
+    if existing is not None and verdict == "bad" and existing.verdict != "bad":
+        # Kept before the job said it could not run it: that verdict was premature.
+        existing.verdict, existing.reason = verdict, decision.reason
+        existing.evidence = {"message": decision.message, "baseline": baseline}
+        return
     if existing is not None or config is None:
         return
     session.add(

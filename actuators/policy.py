@@ -101,6 +101,11 @@ class View:
     before: Stats | None = None
     """The objective of the running config so far (the baseline a change would get); read
     only when a change is wanted. ``None``: the job reports no such measurements."""
+    refused: str | None = None
+    """Why the job could not run the released version, when it said so (an observed version
+    acknowledging it with status ``oom`` or ``failed``: a knob its agent could not set)."""
+    running: Mapping[str, Any] | None = None
+    """With ``refused``: the config the job said it kept running."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +159,11 @@ def decide(policy: ActuationPolicy, view: View) -> Decision:
     """The one next action for a job. Called on every tick; acting on it and calling again
     gives ``none`` or ``wait``, never the same action twice."""
     verify = policy.verify
+    # 0. A change the job could not run goes back at once to what it runs (there is nothing
+    # to measure), even one kept before the job said so: a study handles its own trials.
+    refused = _refused(view)
+    if refused is not None:
+        return refused
     # 1. A change still being verified holds everything else.
     if verify.enabled and view.baseline is not None and verification_pending(view):
         assert view.released is not None and view.changed_at is not None
@@ -267,6 +277,25 @@ def decide(policy: ActuationPolicy, view: View) -> Decision:
         f"step towards desired version {goal.number} (at most max_change per step)",
         version=goal.number,
         config=step,
+    )
+
+
+def _refused(view: View) -> Decision | None:
+    released = view.released
+    if view.refused is None or released is None or released.role != "change":
+        return None
+    back = view.running or None
+    if back is None and view.last_good is not None and view.last_good.number != released.number:
+        back = view.last_good.config
+    if back is None:
+        return None  # nothing known to go back to: the version stays, the report says why
+    return Decision(
+        "rollback",
+        "refused_by_job",
+        f"the job could not run version {released.number} ({view.refused}); back to the "
+        "config it runs",
+        version=released.number,
+        config=dict(back),
     )
 
 

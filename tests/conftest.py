@@ -16,6 +16,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 import tuneloop.settings
+from tests.fresh_store import copy_sqlite, models_schema, reset_postgres, sqlite_template
 from tuneloop.settings import get_settings
 from tuneloop.storage import make_engine
 from tuneloop.storage.models import metadata
@@ -26,6 +27,9 @@ POSTGRES_URL = os.environ.get(
 REDIS_URL = os.environ.get("TUNELOOP_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 BACKENDS = ["sqlite", "postgresql"]
+
+_MODELS_READY = pytest.StashKey[bool]()
+"""Set on a test whose PostgreSQL database ``database_url`` gave the models' schema."""
 
 
 @pytest.fixture(scope="session")
@@ -45,14 +49,6 @@ def postgres_server_url() -> Iterator[str]:
     admin.dispose()
 
 
-def reset_postgres(url: str) -> None:
-    engine = create_engine(url, isolation_level="AUTOCOMMIT")
-    with engine.connect() as connection:
-        connection.execute(text("DROP SCHEMA public CASCADE"))
-        connection.execute(text("CREATE SCHEMA public"))
-    engine.dispose()
-
-
 @pytest.fixture
 def empty_database_url(
     request: pytest.FixtureRequest, tmp_path: Path, postgres_server_url: str
@@ -67,19 +63,40 @@ def empty_database_url(
 
 @pytest.fixture(params=BACKENDS)
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty database on each backend in turn."""
+    """An empty database on each backend in turn; on PostgreSQL, for a test that has ``engine``
+    too, one with the models' tables (empty) already."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'tuneloop.db'}"
     url: str = request.getfixturevalue("postgres_server_url")
-    reset_postgres(url)
+    if "engine" in request.fixturenames:
+        models_schema(url)  # what the engine fixture would create, emptied: much cheaper
+        request.node.stash[_MODELS_READY] = True
+    else:
+        reset_postgres(url)
     return url
 
 
+@pytest.fixture(scope="session")
+def sqlite_models_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file with the models' tables, made once: tests get copies."""
+    return sqlite_template(tmp_path_factory.mktemp("models") / "tuneloop.db")
+
+
 @pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
+def engine(
+    request: pytest.FixtureRequest, database_url: str, sqlite_models_file: Path
+) -> Iterator[Engine]:
     """An engine on each backend in turn, with the schema created from the models."""
-    engine = make_engine(database_url)
-    metadata.create_all(engine)
+    url = make_url(database_url)
+    if url.get_backend_name() == "postgresql":
+        if not request.node.stash.get(_MODELS_READY, False):
+            models_schema(database_url)
+        engine = make_engine(database_url)
+    else:
+        fresh = url.database is not None and copy_sqlite(sqlite_models_file, Path(url.database))
+        engine = make_engine(database_url)
+        if not fresh:
+            metadata.create_all(engine)
     yield engine
     engine.dispose()
 

@@ -35,7 +35,13 @@ def api_server(
     """The API app served by uvicorn on a free port in a background thread; stopped on exit."""
     port = free_port()
     config = uvicorn.Config(
-        create_app(runtime, pipeline), host="127.0.0.1", port=port, log_level=log_level
+        create_app(runtime, pipeline),
+        host="127.0.0.1",
+        port=port,
+        log_level=log_level,
+        # On exit, a request still open (an agent's long poll for its next config) is cut
+        # after a second instead of holding the test up until the join below gives up.
+        timeout_graceful_shutdown=1,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

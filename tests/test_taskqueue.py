@@ -109,6 +109,7 @@ def test_runner_uses_the_one_registry() -> None:
     assert runner.tasks == periodic_tasks(settings)
     assert {task.name: task.interval_s for task in runner.tasks} == {
         "tuneloop.maintenance.rollups": 7,
+        "tuneloop.maintenance.compaction": 7,
         "tuneloop.maintenance.retention": 7,
         "tuneloop.tuner.dispatch": 3,
         "tuneloop.tuner.diagnose": 3,
@@ -249,6 +250,10 @@ def test_a_real_celery_worker_runs_the_maintenance_tasks(redis_url: str, tmp_pat
         assert again.get(timeout=30) is None
         assert maintenance.task_runtime() is runtime, "one runtime per worker process"
         assert count_rows(settings, samples_1m) == 2  # idempotent
+
+        compaction = celery.tasks["tuneloop.maintenance.compaction"].delay()
+        assert compaction.get(timeout=30) is None
+        assert count_rows(settings, samples) == 2  # inside the hot window: still rows
 
 
 # --------------------------------------------------------------------------- CLI

@@ -30,6 +30,7 @@ numbers):
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -50,9 +51,10 @@ from sqlalchemy import (
     union_all,
 )
 
-from tuneloop.storage.models import ROLLUP_TABLES, Job, Series, samples
+from tuneloop.storage.models import ROLLUP_TABLES, Job, Series
 from tuneloop.storage.timeseries.query import Bind, use_connection
 from tuneloop.storage.timeseries.rollups import floor_time, partial_rows, read_watermarks
+from tuneloop.storage.timeseries.sample_source import sample_rows
 from tuneloop.storage.types import UTCDateTime
 
 UTILIZATION_METRIC = "DCGM_FI_DEV_GPU_UTIL"
@@ -232,10 +234,28 @@ def mig_shares(labels: Iterable[Mapping[str, str]]) -> dict[tuple[str, str], int
 def _share(
     millijoules: float | None, shares: Mapping[tuple[str, str], int], labels: Mapping[str, str]
 ) -> float | None:
-    if millijoules is None or MIG_INSTANCE_LABEL not in labels:
+    return None if millijoules is None else mig_share(millijoules, shares, labels)
+
+
+def mig_share(
+    millijoules: float, shares: Mapping[tuple[str, str], int], labels: Mapping[str, str]
+) -> float:
+    """The energy a series of ``labels`` is given: all of it for a whole GPU, an equal share of
+    its GPU's for a MIG instance (``shares``: :func:`mig_shares`)."""
+    if MIG_INSTANCE_LABEL not in labels:
         return millijoules
     gpu = (labels.get(HOST_LABEL, ""), labels.get(UUID_LABEL, ""))
     return millijoules / shares.get(gpu, 1)
+
+
+def counter_growth(values: Sequence[float]) -> float:
+    """The increase of an energy counter over consecutive samples, oldest first: each sample
+    paired with the one before it, a decrease counted as a reset (the new value is the growth),
+    as :func:`_energy` computes it in SQL and Prometheus' ``increase`` without extrapolation."""
+    growth = 0.0
+    for previous, value in itertools.pairwise(values):
+        growth += value - previous if value >= previous else value
+    return growth
 
 
 def labels_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -285,15 +305,16 @@ def _minutes(
     if watermark is not None:
         raw_from = max(raw_from, watermark)
     if raw_from < end:
+        source = sample_rows(connection, series_ids, [(raw_from, end)])
         parts.append(
             partial_rows(
-                samples,
+                source,
                 MINUTE_S,
                 dialect,
                 fields,
-                samples.c.series_id.in_(series_ids),
-                samples.c.ts >= raw_from,
-                samples.c.ts < end,
+                source.c.series_id.in_(series_ids),
+                source.c.ts >= raw_from,
+                source.c.ts < end,
             )
         )
     if not parts:
@@ -320,17 +341,18 @@ def _energy(
     """series id -> counter increase in ``[start, end)`` (the counter's unit)."""
     if not series_ids:
         return {}
+    source = sample_rows(connection, series_ids, [(start - ENERGY_LOOKBACK, end)])
     previous = (
-        func.lag(samples.c.value)
-        .over(partition_by=samples.c.series_id, order_by=samples.c.ts)
+        func.lag(source.c.value)
+        .over(partition_by=source.c.series_id, order_by=source.c.ts)
         .label("previous")
     )
     paired = (
-        select(samples.c.series_id, samples.c.ts, samples.c.value, previous)
+        select(source.c.series_id, source.c.ts, source.c.value, previous)
         .where(
-            samples.c.series_id.in_(series_ids),
-            samples.c.ts >= start - ENERGY_LOOKBACK,
-            samples.c.ts < end,
+            source.c.series_id.in_(series_ids),
+            source.c.ts >= start - ENERGY_LOOKBACK,
+            source.c.ts < end,
         )
         .subquery("paired")
     )

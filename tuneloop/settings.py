@@ -83,6 +83,11 @@ class Settings(BaseSettings):
     rollup_retention_days: int = Field(default=400, ge=1)
     partition_days: int = Field(default=1, ge=1, le=31)
     """Width of one PostgreSQL samples partition."""
+    compact_after_s: int = Field(default=7200, ge=0)
+    """Hot window: samples younger than this stay rows; older closed chunk spans are compacted
+    (docs/storage.md, "Compacted chunks")."""
+    chunk_span_s: int = Field(default=3600, ge=60, le=86_400)
+    """Width of one compacted chunk; divides a day, so a chunk never straddles a partition."""
     maintenance_interval_s: float = Field(default=60.0, gt=0)
     """How often rollups and retention run."""
     tuner_interval_s: float = Field(default=10.0, gt=0)
@@ -221,6 +226,13 @@ class Settings(BaseSettings):
     def _split_networks(cls, value: object) -> object:
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("chunk_span_s")
+    @classmethod
+    def _chunk_span_divides_a_day(cls, value: int) -> int:
+        if 86_400 % value:
+            raise ValueError(f"chunk_span_s must divide a day (86400 s), got {value}")
         return value
 
     @field_validator("log_level")

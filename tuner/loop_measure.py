@@ -2,9 +2,10 @@
 
 Once the trial's warm-up and window are over, its step-timing samples are judged
 (``judge_window``): ``extend`` lengthens the window, ``fail`` fails the trial with its reason,
-``accept`` scores the objective; an input that is missing (no noise scale, no latency data)
-extends too, and never becomes a value. The window's framebuffer reading of the job's GPUs is
-stored with the trial (the memory bound of later asks is fitted on it, see ``tuner.memory``).
+``accept`` scores the objective; an input that is missing (no noise scale, no latency data, no
+energy counters of the job's GPUs) extends too, and never becomes a value. The window's
+framebuffer reading of the job's GPUs is stored with the trial (the memory bound of later asks
+is fitted on it, see ``tuner.memory``), and so is the energy reading a per-joule value came from.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuneloop.storage.timeseries.store_backend import StoreBackend
 from tuner import promql_objective, readings, service
 from tuner.measurement import Sample, TrialVerdict, WindowStats, judge_window
-from tuner.objectives import PROMQL, Evaluation, get_objective
+from tuner.objectives import ENERGY_OBJECTIVES, PROMQL, Evaluation, get_objective
 from tuner.space import SearchSpace
 from tuner.study_options import StudyOptions
 from tuner.study_records import study_space
-from tuner.trial_measurements import GPU_MEMORY_KEY
+from tuner.trial_measurements import GPU_MEMORY_KEY, GPU_POWER_KEY
 
 log = logging.getLogger(__name__)
 
@@ -118,19 +119,24 @@ def measure_trial(
             reason=verdict.reason,
             measurements={"window": window, "stats": _stats(verdict.stats)},
         )
-    inputs = _objective_inputs(series, study, job, trial, options, verdict, warm, now)
+    uuids = readings.job_gpu_uuids(job.labels, readings.registered_gpu_uuids(bind, job.id))
+    power = None
+    if study.objective in ENERGY_OBJECTIVES:
+        power = readings.gpu_power(series, job.project_id, job.name, uuids, start=warm, end=now)
+    inputs = _objective_inputs(series, study, job, trial, options, verdict, warm, now, power)
     evaluation = get_objective(study.objective).evaluate(inputs)
     measured: dict[str, Any] = {
         "window": window,
         "stats": _stats(verdict.stats),
         "inputs": inputs,
     }
+    if power is not None:
+        measured[GPU_POWER_KEY] = power.to_dict()  # the joules behind the per-joule value
     # A value accepted at the budget while still noisy counts for less (its stderr says how
     # much); the flag and the verdict's words say why in the trial itself.
     measured["noisy"] = verdict.noisy
     measured["verdict"] = verdict.reason
     # The framebuffer the configuration needed: what the memory bound is fitted on.
-    uuids = readings.job_gpu_uuids(job.labels, readings.registered_gpu_uuids(bind, job.id))
     memory = readings.gpu_memory(series, job.project_id, job.name, uuids, start=warm, end=now)
     measured[GPU_MEMORY_KEY] = memory.to_dict() if memory is not None else None
     if evaluation.status == "missing":
@@ -188,7 +194,7 @@ def _window_samples(
         metric,
         start=warm,
         end=now,
-        per_job=metric == readings.THROUGHPUT_METRIC,
+        per_job=metric in readings.PER_JOB_METRICS,
     )
     return metric, samples
 
@@ -202,8 +208,10 @@ def _objective_inputs(
     verdict: TrialVerdict,
     warm: datetime,
     now: datetime,
+    power: readings.GpuPower | None,
 ) -> dict[str, float | None]:
-    """The objective's inputs: the judged series' mean plus what else its formula needs."""
+    """The objective's inputs: the judged series' mean plus what else its formula needs
+    (``power``: the job's GPUs' over the window, read for the per-joule objectives)."""
     value = verdict.value
     if study.objective == PROMQL:
         return {"value": value}
@@ -212,6 +220,13 @@ def _objective_inputs(
     if study.objective == "slo_throughput":
         p99 = readings.latency_quantile(series, job.project_id, job.name, P99, start=warm, end=now)
         return {"throughput": value, "p99_latency_s": p99, "slo_s": options.slo_s}
+    if study.objective in ENERGY_OBJECTIVES:
+        unit = "throughput_tokens_s" if study.objective == "tokens_per_joule" else ""
+        return {
+            unit or "throughput_samples_s": value,
+            "gpu_power_w": power.watts if power is not None else None,
+            "throughput_floor": options.throughput_floor or 0.0,
+        }
     inputs: dict[str, float | None] = {"throughput_samples_s": value}
     if study.objective == "goodput":
         space = study_space(study)

@@ -18,6 +18,14 @@ throughput at M = M0, tends to it when phi >> M (perfect scaling), and to
 An objective may also be a PromQL expression (``promql``, see ``tuner.promql_objective``): its
 value is the window's mean of the expression's values, in the direction the study gives.
 
+**samples_per_joule** and **tokens_per_joule** score a configuration by the work the job does
+per joule its GPUs draw: the window's throughput (samples/s or tokens/s, from the agent's step
+reports) over the mean power of the job's GPUs (joules per second, from the increase of their
+energy counters over the same window, ``tuner.readings.gpu_power``). With a study's
+``throughput_floor`` (in the objective's unit per second) a configuration slower than the floor
+is infeasible, however frugal: the energy the job saves must not cost more than the user allows
+in time to result.
+
 Inference services default to **slo_throughput**: the throughput, infeasible when the P99
 latency is over the SLO.
 
@@ -125,6 +133,34 @@ def step_time(step_time_s: float) -> float:
     return _positive("step_time_s", step_time_s)
 
 
+def per_joule(throughput: float, gpu_power_w: float, throughput_floor: float) -> Evaluation:
+    """Work per joule: ``throughput`` (samples or tokens per second) over ``gpu_power_w`` (the
+    job's GPUs' mean power, J/s); infeasible when the throughput is below ``throughput_floor``
+    (0: no floor)."""
+    done = _non_negative("throughput", throughput)
+    watts = _positive("gpu_power_w", gpu_power_w)
+    floor = _non_negative("throughput_floor", throughput_floor)
+    if done < floor:
+        return Evaluation.infeasible(
+            f"throughput_floor: throughput {done:.4g}/s < floor {floor:.4g}/s"
+        )
+    return Evaluation.ok(done / watts)
+
+
+def samples_per_joule(
+    throughput_samples_s: float, gpu_power_w: float, throughput_floor: float
+) -> Evaluation:
+    """Training samples per joule of the job's GPUs (:func:`per_joule`)."""
+    return per_joule(throughput_samples_s, gpu_power_w, throughput_floor)
+
+
+def tokens_per_joule(
+    throughput_tokens_s: float, gpu_power_w: float, throughput_floor: float
+) -> Evaluation:
+    """Tokens per joule of the job's GPUs (:func:`per_joule`)."""
+    return per_joule(throughput_tokens_s, gpu_power_w, throughput_floor)
+
+
 def expression_value(value: float) -> float:
     """The window's mean of a PromQL objective's values, as is (``tuner.promql_objective``)."""
     return float(value)
@@ -194,6 +230,22 @@ OBJECTIVES: Mapping[str, Objective] = {
             step_time,
         ),
         Objective(
+            "samples_per_joule",
+            "maximize",
+            ("throughput_samples_s", "gpu_power_w", "throughput_floor"),
+            "training samples per joule of the job's GPUs (energy counters), "
+            "infeasible below the study's throughput_floor",
+            samples_per_joule,
+        ),
+        Objective(
+            "tokens_per_joule",
+            "maximize",
+            ("throughput_tokens_s", "gpu_power_w", "throughput_floor"),
+            "tokens per joule of the job's GPUs (energy counters), "
+            "infeasible below the study's throughput_floor",
+            tokens_per_joule,
+        ),
+        Objective(
             "promql",
             "maximize",
             ("value",),
@@ -205,6 +257,9 @@ OBJECTIVES: Mapping[str, Objective] = {
 
 PROMQL: Final = "promql"
 """The objective whose values are a PromQL expression's (``tuner.promql_objective``)."""
+
+ENERGY_OBJECTIVES: Final = ("samples_per_joule", "tokens_per_joule")
+"""Objectives scored per joule of the job's GPUs (``tuner.readings.gpu_power``)."""
 
 DEFAULT_OBJECTIVE: Mapping[str, str] = {"training": "goodput", "inference": "slo_throughput"}
 

@@ -12,6 +12,9 @@ Series (docs/step-timing.md; each labelled ``job`` and ``rank``):
 - ``DCGM_FI_DEV_FB_USED`` / ``DCGM_FI_DEV_FB_FREE`` (MiB, dcgm-exporter's names, from the
   collector's DCGM/NVML sources or a scraped dcgm-exporter): the framebuffer of the job's GPUs,
   for the memory bound (:func:`gpu_memory`, which says which GPUs are the job's).
+- ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` (mJ since the driver loaded, a counter): the energy of
+  the job's GPUs, the same GPUs, for the per-joule objectives (:func:`gpu_power`).
+- ``tuneloop_tokens_per_second``: tokens per second and rank (``tokens_per_joule``).
 
 Reads go through the time-series contract (``query_range`` with per-second buckets,
 ``find_series``, ``histogram_quantile``), so the store and a Prometheus-compatible TSDB serve them
@@ -29,16 +32,21 @@ from typing import Any, Final
 
 from sqlalchemy import Connection, Engine, select
 
-from tuneloop.step_timing import SAMPLES_PER_SECOND, STEP_DURATION
+from tuneloop import cost
+from tuneloop.step_timing import SAMPLES_PER_SECOND, STEP_DURATION, TOKENS_PER_SECOND
 from tuneloop.storage.models import JobGpu
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuneloop.storage.timeseries.query import TooManySeries
+from tuneloop.storage.timeseries.raw import RawSeries
 from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp, RangeSeries
 from tuner.measurement import Sample
 
 Bind = Engine | Connection
 
 THROUGHPUT_METRIC: Final = SAMPLES_PER_SECOND
+TOKENS_METRIC: Final = TOKENS_PER_SECOND
+PER_JOB_METRICS: Final = (THROUGHPUT_METRIC, TOKENS_METRIC)
+"""Per-rank rates a job's throughput sums over its ranks."""
 STEP_TIME_METRIC: Final = STEP_DURATION
 NOISE_SCALE_METRIC: Final = "tuneloop_gradient_noise_scale"
 LATENCY_HISTOGRAM: Final = "tuneloop_request_duration_seconds"
@@ -58,7 +66,9 @@ MAX_POINTS: Final = 2_000
 
 def primary_metric(objective: str) -> str:
     """The step-timing series a trial of ``objective`` is judged on."""
-    return STEP_TIME_METRIC if objective == "step_time" else THROUGHPUT_METRIC
+    if objective == "step_time":
+        return STEP_TIME_METRIC
+    return TOKENS_METRIC if objective == "tokens_per_joule" else THROUGHPUT_METRIC
 
 
 def job_matchers(job_name: str) -> list[Matcher]:
@@ -208,6 +218,14 @@ def registered_gpu_uuids(bind: Bind, job_id: int) -> tuple[str, ...]:
     return tuple(dict.fromkeys(bind.scalars(query)))
 
 
+def job_gpu_selectors(job_name: str, gpu_uuids: Iterable[str]) -> list[list[Matcher]]:
+    """Which GPU series are the job's: those carrying its ``job`` label (relabel rules, the
+    exporter's pod mapping), and those whose ``UUID`` is one of ``gpu_uuids``."""
+    selectors = [[Matcher(JOB_LABEL, MatchOp.EQ, job_name)]]
+    selectors += [[Matcher(UUID_LABEL, MatchOp.EQ, uuid)] for uuid in gpu_uuids]
+    return selectors
+
+
 def gpu_memory(
     series: TimeSeriesBackend,
     project_id: int,
@@ -226,8 +244,7 @@ def gpu_memory(
     the same whichever source (raw samples or rollups) the store serves them from."""
     if end <= start:
         return None
-    selectors = [[Matcher(JOB_LABEL, MatchOp.EQ, job_name)]]
-    selectors += [[Matcher(UUID_LABEL, MatchOp.EQ, uuid)] for uuid in gpu_uuids]
+    selectors = job_gpu_selectors(job_name, gpu_uuids)
     peak: dict[frozenset[tuple[str, str]], float] = {}
     used: dict[frozenset[tuple[str, str]], dict[datetime, float]] = {}
     free: dict[frozenset[tuple[str, str]], dict[datetime, float]] = {}
@@ -281,3 +298,63 @@ def _device(series: RangeSeries) -> frozenset[tuple[str, str]]:
     series pair up whatever else (the job label, attributes) they carry."""
     labels = series.series.labels
     return frozenset((k, labels[k]) for k in _IDENTITY_LABELS if k in labels)
+
+
+# --------------------------------------------------------------------------- GPU energy
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPower:
+    """The mean power of a job's GPUs over a window, from their energy counters.
+
+    ``watts``: the sum over the GPUs of each one's energy increase over the time between its
+    first and last sample in the window (a MIG instance counts its share, as in cost
+    accounting); ``joules``: ``watts`` times the window, what the job's GPUs drew in it;
+    ``gpus``: each GPU's identifying labels, ``joules`` and ``seconds`` measured."""
+
+    watts: float
+    joules: float
+    gpus: tuple[dict[str, Any], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"watts": self.watts, "joules": self.joules, "gpus": [dict(g) for g in self.gpus]}
+
+
+def gpu_power(
+    series: TimeSeriesBackend,
+    project_id: int,
+    job_name: str,
+    gpu_uuids: Iterable[str] = (),
+    *,
+    start: datetime,
+    end: datetime,
+) -> GpuPower | None:
+    """The job's GPUs' mean power in ``(start, end]`` (the GPUs of :func:`job_gpu_selectors`),
+    or ``None`` when none has two energy samples in it. Read as raw samples, so the figure is
+    the same whether the store or a TSDB keeps them; a decrease is a counter reset
+    (:func:`tuneloop.cost.counter_growth`)."""
+    if end <= start:
+        return None
+    start_ms = int(start.timestamp() * 1000)
+    end_ms = int(end.timestamp() * 1000)
+    name = Matcher("__name__", MatchOp.EQ, cost.ENERGY_METRIC)
+    found: dict[tuple[tuple[str, str], ...], RawSeries] = {}
+    for matchers in job_gpu_selectors(job_name, gpu_uuids):
+        for one in series.read_raw(project_id, [name, *matchers], start_ms, end_ms):
+            found[cost.labels_key(one.labels)] = one  # a GPU matched by both rules counts once
+    shares = cost.mig_shares(one.labels for one in found.values())
+    gpus: list[dict[str, Any]] = []
+    watts = 0.0
+    for key, one in sorted(found.items()):
+        values = [float(v) for v in one.values if math.isfinite(v)]
+        seconds = (int(one.times_ms[-1]) - int(one.times_ms[0])) / 1000.0
+        if len(values) < 2 or seconds <= 0:
+            continue
+        millijoules = cost.mig_share(cost.counter_growth(values), shares, one.labels)
+        identity = {k: v for k, v in key if k in _IDENTITY_LABELS}
+        gpus.append({**identity, "joules": millijoules / 1000.0, "seconds": seconds})
+        watts += millijoules / 1000.0 / seconds
+    if not gpus:
+        return None
+    window_s = (end - start).total_seconds()
+    return GpuPower(watts=watts, joules=watts * window_s, gpus=tuple(gpus))

@@ -46,7 +46,7 @@ from tuneloop.storage.timeseries.store_backend import StoreBackend
 from tuneloop.storage.types import utcnow
 from tuner import promql_objective, readings, study_end, study_records
 from tuner.memory import predicted_oom_observations
-from tuner.objectives import PROMQL, check_direction, get_objective
+from tuner.objectives import ENERGY_OBJECTIVES, PROMQL, check_direction, get_objective
 from tuner.space import BATCH_SIZE, ParamValue, SearchSpace
 from tuner.strategies.base import Observation, SpaceExhausted
 from tuner.strategies.registry import make_strategy
@@ -137,6 +137,11 @@ def create_study(
     if objective == "slo_throughput" and options.slo_s is None:
         raise StudyError("slo_throughput needs slo_s (the P99 latency bound in seconds)")
     _check_promql_objective(objective, direction, options)
+    if options.throughput_floor is not None and objective not in ENERGY_OBJECTIVES:
+        raise StudyError(
+            f"throughput_floor is for the {' and '.join(ENERGY_OBJECTIVES)} objectives, "
+            f"not {objective}"
+        )
     # Building it checks the name (UnknownStrategyError lists the known ones), the options
     # and the seed.
     make_strategy(strategy, space, direction=chosen, seed=seed, options=options.strategy_options)

@@ -50,6 +50,7 @@ __all__ = [
     "BUCKET_MB",
     "DEFAULT_RESOLUTION",
     "MAX_GRID",
+    "POWER_LIMIT_W",
     "SYNC_PERIOD",
     "CategoricalParam",
     "Config",
@@ -59,9 +60,22 @@ __all__ = [
     "SearchSpace",
     "SpaceError",
     "max_batch_for_memory",
+    "power_limit_param",
 ]
 
 _FORMAT_VERSION = 1
+
+POWER_LIMIT_W = "power_limit_w"
+"""The GPUs' power limit in whole watts: the key the job's agent applies through NVML
+(``tuneloop.agent.power.POWER_LIMIT_KEY``, the same text; the tuner imports nothing of the
+agent's)."""
+
+
+def power_limit_param(low_w: int, high_w: int) -> IntParam:
+    """The power-limit knob over ``[low_w, high_w]`` watts, on a linear scale (samples per
+    joule changes smoothly with the limit). Take the bounds from the range the device reports,
+    which the agent registers (docs/energy.md): a limit outside it is refused by the agent."""
+    return IntParam(POWER_LIMIT_W, low_w, high_w)
 
 
 @dataclass(frozen=True)

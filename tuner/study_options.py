@@ -80,6 +80,8 @@ class StudyOptions:
     - ``memory``: the GPU memory bound on the batch size (:class:`MemoryPolicy`).
     - ``objective_expr``: the PromQL expression of the ``promql`` objective
       (``tuner.promql_objective``, which checks it when the study is created).
+    - ``throughput_floor``: ``samples_per_joule`` / ``tokens_per_joule`` only: a configuration
+      whose throughput (samples/s or tokens/s, the objective's unit) is below it is infeasible.
     """
 
     strategy_options: Mapping[str, Any] = field(default_factory=dict)
@@ -92,6 +94,7 @@ class StudyOptions:
     warm_start_from: tuple[int, ...] = ()
     memory: MemoryPolicy = field(default_factory=MemoryPolicy)
     objective_expr: str | None = None
+    throughput_floor: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.strategy_options, Mapping):
@@ -118,10 +121,19 @@ class StudyOptions:
             raise OptionsError(
                 f"objective_expr must be a PromQL expression, got {self.objective_expr!r}"
             )
+        if self.throughput_floor is not None:
+            if not _positive_number(self.throughput_floor):
+                raise OptionsError(
+                    "throughput_floor must be a positive number (samples/s or tokens/s), "
+                    f"got {self.throughput_floor!r}"
+                )
+            object.__setattr__(self, "throughput_floor", float(self.throughput_floor))
         object.__setattr__(self, "strategy_options", dict(self.strategy_options))
 
     def to_dict(self) -> dict[str, Any]:
+        # Left out when unset, so that the options of older studies read back unchanged.
         expr = {} if self.objective_expr is None else {"objective_expr": self.objective_expr}
+        floor = {} if self.throughput_floor is None else {"throughput_floor": self.throughput_floor}
         return {
             "strategy_options": dict(self.strategy_options),
             "measurement": asdict(self.measurement),
@@ -133,6 +145,7 @@ class StudyOptions:
             "warm_start_from": list(self.warm_start_from),
             "memory": asdict(self.memory),
             **expr,
+            **floor,
         }
 
     @classmethod

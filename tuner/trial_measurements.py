@@ -22,6 +22,9 @@ WAITED_S_KEY: Final = "waited_s"
 GPU_MEMORY_KEY: Final = "gpu_memory"
 """Key of ``data`` holding the trial's framebuffer reading (``readings.GpuMemory.to_dict()``),
 which the memory bound is fitted on."""
+GPU_POWER_KEY: Final = "gpu_power"
+"""Key of ``data`` holding a per-joule trial's energy reading (``readings.GpuPower.to_dict()``):
+the joules its value was computed from."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ def _finite_or_none(value: object) -> float | None:
 __all__ = [
     "ACK_TIMEOUT_KEY",
     "GPU_MEMORY_KEY",
+    "GPU_POWER_KEY",
     "WAITED_S_KEY",
     "TrialMeasurements",
 ]

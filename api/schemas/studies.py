@@ -39,6 +39,11 @@ class SpaceIn(BaseModel):
         default=None, description="Micro-steps between gradient synchronisations [low, high]"
     )
     bucket_mb: Bounds | None = Field(default=None, description="All-reduce bucket size, MB")
+    power_limit_w: Bounds | None = Field(
+        default=None,
+        description="The GPUs' power limit in watts [low, high], within the range the job's "
+        "agent registered (docs/energy.md)",
+    )
     batch_powers_of_two: bool = True
     sync_powers_of_two: bool = False
     lr_scaling: Literal["linear", "sqrt"] | None = "linear"
@@ -73,7 +78,8 @@ class StudyCreate(BaseModel):
     name: str = Field(min_length=1, max_length=200, examples=["batch-and-sync"])
     objective: str | None = Field(
         default=None,
-        description="goodput, throughput, slo_throughput, step_time or promql; default by job kind",
+        description="goodput, throughput, slo_throughput, step_time, samples_per_joule, "
+        "tokens_per_joule or promql; default by job kind",
     )
     objective_expr: str | None = Field(
         default=None,
@@ -95,6 +101,12 @@ class StudyCreate(BaseModel):
         default=None, ge=1, le=INTEGER_MAX, description="Default: ranks seen reporting"
     )
     slo_s: float | None = Field(default=None, gt=0, description="P99 bound (slo_throughput)")
+    throughput_floor: float | None = Field(
+        default=None,
+        gt=0,
+        description="samples_per_joule / tokens_per_joule: a configuration slower than this "
+        "(samples/s or tokens/s) is infeasible",
+    )
     driven_by: Literal["tuner", "agent"] = "tuner"
     max_trials: int | None = Field(default=None, ge=1, le=INTEGER_MAX)
     ack_timeout_s: float = Field(default=DEFAULT_ACK_TIMEOUT_S, gt=0)

@@ -16,7 +16,7 @@ from tuner import service
 from tuner.diagnosis import Diagnosis
 from tuner.knobs import Knob, diagnosis_space
 from tuner.objectives import default_objective
-from tuner.space import SearchSpace, SpaceError
+from tuner.space import SearchSpace, SpaceError, power_limit_param
 from tuner.study_options import MemoryPolicy, StudyOptions, measurement_policy
 
 
@@ -44,6 +44,7 @@ def create_study(
         ack_timeout_s=body.ack_timeout_s,
         memory=MemoryPolicy(enabled=body.memory.enabled, headroom=body.memory.headroom),
         objective_expr=body.objective_expr,
+        throughput_floor=body.throughput_floor,
     )
     return _create(
         session, job, body.name, objective, space, body, options, actor=actor, series=series
@@ -124,6 +125,8 @@ def _space(body: SpaceIn, declared: list[Knob]) -> SearchSpace:
             "docs/agent.md)"
         )
     knobs = [by_name[name].param for name in dict.fromkeys(body.knobs)]
+    if body.power_limit_w:
+        knobs.insert(0, power_limit_param(*body.power_limit_w))
     if body.batch_size is None:
         if body.sync_period is not None or body.bucket_mb is not None:
             raise SpaceError("space.sync_period and space.bucket_mb need space.batch_size")

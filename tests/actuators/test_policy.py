@@ -183,6 +183,42 @@ CASES = [
         config=dict(V1.config),
     ),
     Case(
+        "the job could not run it: roll back at once",
+        settled(
+            goal=V3,
+            released=V3,
+            changed_at=NOW - 1,
+            baseline=GOOD,
+            refused="power_limit_w: GPU 0 refused 250 W: Insufficient Permissions",
+        ),
+        ("rollback", "refused_by_job"),
+        version=3,
+        config=dict(V1.config),
+    ),
+    Case(
+        "refused after it was kept: back to the config the job says it runs",
+        settled(goal=V3, released=V3, last_good=V3, refused="failed", running={"batch_size": 8}),
+        ("rollback", "refused_by_job"),
+        policy={"verify": {"enabled": False}},
+        version=3,
+        config={"batch_size": 8},
+    ),
+    Case(
+        "refused, kept, and nothing known to go back to: stays",
+        settled(goal=V3, released=V3, last_good=V3, refused="failed"),
+        ("none", "in_sync"),
+    ),
+    Case(
+        "a study's trial the job could not run is the study's to handle",
+        settled(
+            goal=Version(3, V3.config, "study_trial"),
+            released=Version(3, V3.config, "study_trial"),
+            refused="oom",
+            running=V1.config,
+        ),
+        ("none", "in_sync"),
+    ),
+    Case(
         "worse within the noise: keep",
         settled(
             goal=V3,

@@ -6,6 +6,7 @@ the job's diagnosis turns it into MFU."""
 from __future__ import annotations
 
 import math
+import threading
 import time
 from typing import Any
 
@@ -40,9 +41,12 @@ class Lazy:
     def __init__(self, value: float) -> None:
         self.value = value
         self.reads = 0
+        self.readers: set[int] = set()
+        """The threads that read it."""
 
     def __float__(self) -> float:
         self.reads += 1
+        self.readers.add(threading.get_ident())
         return self.value
 
 
@@ -96,7 +100,9 @@ def test_the_agent_reports_its_step_metrics_and_the_diagnosis_its_mfu(live: Live
                 with step.phase("forward"):
                     time.sleep(0.01)
             agent.record(grad_norm=norm, learning_rate=0.05 - number * 0.001)
-        assert norm.reads == 0  # nothing read on the training thread
+        # Nothing read on the training thread (the exporter's may have read it by now on a
+        # busy machine: that is where it is read).
+        assert threading.get_ident() not in norm.readers
         with agent.checkpoint():
             time.sleep(0.05)
         agent.record_checkpoint(1.5)

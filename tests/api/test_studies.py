@@ -352,3 +352,41 @@ def test_an_ended_study_cannot_be_cancelled(
     refused = client.delete(f"{STUDIES}/s", headers=auth["member"])
     assert refused.status_code == 409
     assert refused.json()["detail"].startswith("study 's' has already ended failed: the job is")
+
+
+def test_an_energy_study_over_the_power_limit(
+    client: TestClient, auth: dict[str, dict[str, str]]
+) -> None:
+    member = auth["member"]
+    space = {**SPACE, "power_limit_w": [300, 700]}
+    created = client.post(
+        STUDIES,
+        json=body(
+            objective="samples_per_joule", space=space, throughput_floor=350, driven_by="agent"
+        ),
+        headers=member,
+    )
+    assert created.status_code == 201, created.text
+    study = created.json()
+    assert study["options"]["throughput_floor"] == 350.0
+    [power] = [p for p in study["space"]["params"] if p["name"] == "power_limit_w"]
+    assert (power["low"], power["high"]) == (300, 700)
+    refusals = (
+        # The loop measures the job's config first: it must say what limit the job runs at
+        # (its agent registers it when it sets the knob).
+        ({}, "space.power_limit_w: the job's config (desired version 1) has no power_limit_w"),
+        ({"objective": "throughput"}, "throughput_floor is for the samples_per_joule"),
+    )
+    for overrides, reason in refusals:
+        answer = client.post(
+            STUDIES,
+            json=body(
+                name="x",
+                space=space,
+                throughput_floor=350,
+                **{"objective": "samples_per_joule", **overrides},
+            ),
+            headers=member,
+        )
+        assert answer.status_code == 422, answer.text
+        assert reason in answer.json()["detail"], answer.json()

@@ -8,6 +8,8 @@ replay recorded values through the same call shapes as the real libraries:
 - ``FakeNvml`` answers the ``nvmlDevice*`` calls ``pynvml`` exposes, with the real module's
   constants and exception classes (``pynvml`` imports without a driver). A function without a
   recorded answer raises ``NVMLError_NotSupported``, as NVML does for features a board lacks.
+  A device with a ``power`` model (``tests/collector/fake_gpu_power.py``) has a power limit
+  that can be set and read back, and an energy counter that integrates what it draws.
 - ``FakeDcgm`` provides fake ``pydcgm``/``dcgm_fields``/``dcgm_structs``/``dcgm_agent`` modules
   and a ``DcgmReader`` look-alike. Shapes follow DCGM's own bindings (testing/python3 in
   NVIDIA/DCGM): ``DcgmReader(hostname=, fieldIds=, updateFrequency=, maxKeepAge=,
@@ -28,6 +30,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pynvml
+
+from tests.collector.fake_gpu_power import FakeGpuPower
 
 # --------------------------------------------------------------------------------------------
 # NVML
@@ -78,6 +82,7 @@ class FakeNvmlDevice:
     fields: dict[int, tuple[int, float]] = field(default_factory=dict)
     mig_devices: list[FakeNvmlDevice] = field(default_factory=list)
     lost: bool = False  # fell off the bus: every call raises NVMLError_GpuIsLost
+    power: FakeGpuPower | None = None  # power management; None: NotSupported, as recorded
     calls: Counter[str] = field(default_factory=Counter)
 
     def __hash__(self) -> int:
@@ -141,6 +146,42 @@ class FakeNvml:
         if device.lost:
             raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
         return device
+
+    # -- power management (a device with a power model) --------------------------------------
+
+    def _power(self, name: str, handle: FakeNvmlDevice) -> FakeGpuPower:
+        handle.calls[name] += 1
+        if handle.lost:
+            raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if handle.power is None:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return handle.power
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: FakeNvmlDevice) -> list[int]:
+        power = self._power("nvmlDeviceGetPowerManagementLimitConstraints", handle)
+        return [power.min_mw, power.max_mw]
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: FakeNvmlDevice) -> int:
+        return self._power("nvmlDeviceGetPowerManagementDefaultLimit", handle).default_mw
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle: FakeNvmlDevice) -> int:
+        return self._power("nvmlDeviceGetPowerManagementLimit", handle).limit_mw
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: FakeNvmlDevice) -> int:
+        return self._power("nvmlDeviceGetEnforcedPowerLimit", handle).enforced_mw()
+
+    def nvmlDeviceSetPowerManagementLimit(self, handle: FakeNvmlDevice, limit: int) -> None:
+        self._power("nvmlDeviceSetPowerManagementLimit", handle).set_limit(int(limit))
+
+    def nvmlDeviceGetPowerUsage(self, handle: FakeNvmlDevice) -> int:
+        if handle.power is None:
+            return int(self._answer("nvmlDeviceGetPowerUsage", handle))
+        return int(self._power("nvmlDeviceGetPowerUsage", handle).draw_w() * 1000)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeNvmlDevice) -> int:
+        if handle.power is None:
+            return int(self._answer("nvmlDeviceGetTotalEnergyConsumption", handle))
+        return self._power("nvmlDeviceGetTotalEnergyConsumption", handle).energy_mj()
 
     # -- calls with shapes of their own ------------------------------------------------------
 

@@ -18,18 +18,28 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, insert
+from sqlalchemy import Engine, func, insert, select
 
-from tests.conftest import reset_postgres
+from tests.fresh_store import copy_sqlite, models_schema
 from tests.peers import flush_victoria_metrics, running_prometheus, running_victoria_metrics
 from tuneloop.storage import make_engine
-from tuneloop.storage.models import Project, metadata
+from tuneloop.storage.models import Project, samples
 from tuneloop.storage.prometheus.backend import PrometheusBackend
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuneloop.storage.timeseries.columns import Batch
+from tuneloop.storage.timeseries.compaction import compact
 from tuneloop.storage.timeseries.store_backend import StoreBackend
 
-BACKENDS = ["sqlite", "postgresql", "victoriametrics", "prometheus"]
+BACKENDS = [
+    "sqlite",
+    "postgresql",
+    "sqlite-compacted",
+    "postgresql-compacted",
+    "victoriametrics",
+    "prometheus",
+]
+COMPACT_AT = datetime(2200, 1, 1, tzinfo=UTC)
+"""The compacted layouts compact as if now were this: every chunk span written is closed."""
 
 _now = datetime.now(UTC)
 T0 = _now.replace(second=0, microsecond=0, minute=_now.minute // 10 * 10) - timedelta(minutes=20)
@@ -50,6 +60,7 @@ class Subject:
     """Two projects of this test's own."""
     counter_rel: float
     _flush: str | None = field(default=None, repr=False)
+    _compact: Engine | None = field(default=None, repr=False)
 
     @property
     def project(self) -> int:
@@ -64,6 +75,12 @@ class Subject:
         """Make what was written searchable now."""
         if self._flush is not None:
             flush_victoria_metrics(self._flush)
+        if self._compact is not None:
+            # Every sample written into chunks (late ones merged), so every read crosses them.
+            compact(self._compact, hot_window=timedelta(0), now=COMPACT_AT, after_rollups=False)
+            with self._compact.connect() as connection:
+                left = connection.execute(select(func.count()).select_from(samples)).scalar()
+            assert left == 0, f"{left} samples left raw"
 
 
 @pytest.fixture(scope="session")
@@ -93,16 +110,18 @@ def _projects(engine: Engine) -> tuple[int, int]:
 @pytest.fixture(params=BACKENDS)
 def subject(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Subject]:
     name = request.param
-    if name in ("sqlite", "postgresql"):
-        if name == "sqlite":
+    if name.removesuffix("-compacted") in ("sqlite", "postgresql"):
+        if name.startswith("sqlite"):
+            copy_sqlite(request.getfixturevalue("sqlite_models_file"), tmp_path / "tuneloop.db")
             url = f"sqlite:///{tmp_path / 'tuneloop.db'}"
+            engine = make_engine(url)
         else:
             url = request.getfixturevalue("postgres_server_url")
-            reset_postgres(url)
-        engine = make_engine(url)
-        metadata.create_all(engine)
+            models_schema(url)
+            engine = make_engine(url)
         try:
-            yield Subject(name, StoreBackend(engine), _projects(engine), EXACT)
+            compacted = engine if name.endswith("-compacted") else None
+            yield Subject(name, StoreBackend(engine), _projects(engine), EXACT, _compact=compacted)
         finally:
             engine.dispose()
         return

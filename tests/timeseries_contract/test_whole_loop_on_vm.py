@@ -7,8 +7,9 @@ person's change is verified by the actuator from them; an alert rule fires on th
 project's exposition shows them; cost says it cannot read them. Then
 PostgreSQL's ``samples`` table is empty and VictoriaMetrics holds the job's series.
 
-Quick measurement settings (3 trials of 2 s warm-up + 6 s window, a 5 s verification window,
-alerts evaluated every second): this checks the loop, not the tuning."""
+Quick measurement settings (2 trials of 2 s warm-up + 6 s window, a 5 s verification window,
+alerts evaluated every second, the API polled 4 times a second): this checks the loop, not the
+tuning."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ from tuneloop.demo.runner import DemoPlan, study_body
 
 T = TypeVar("T")
 JOB = "digits"
-PLAN = DemoPlan(trials=3, repeats=2, target_accuracy=0.9, tuned_run_s=3.0)
+PLAN = DemoPlan(trials=2, repeats=2, target_accuracy=0.9, tuned_run_s=3.0)
+POLL_S = 0.25
 
 
 def wait_for(probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
@@ -43,7 +45,7 @@ def wait_for(probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
         if value:
             return value
         assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f} s: {what}"
-        time.sleep(1.0)
+        time.sleep(POLL_S)
 
 
 @pytest.mark.parametrize("empty_database_url", ["postgresql"], indirect=True)
@@ -86,7 +88,7 @@ def test_the_whole_loop_runs_on_victoria_metrics(empty_database_url: str, tmp_pa
             )
             try:
                 study = create_study_when_ready(
-                    client, job_url, study_body(PLAN), job, timeout_s=180, interval_s=1.0
+                    client, job_url, study_body(PLAN), job, timeout_s=180, interval_s=POLL_S
                 )
                 # Rules are checked against the metrics the TSDB holds: the job's are there now.
                 rule = {

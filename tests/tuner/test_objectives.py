@@ -81,7 +81,16 @@ def test_slo_throughput(p99: float, status: str, value: float | None) -> None:
 
 
 def test_registry_directions_and_defaults() -> None:
-    assert sorted(OBJECTIVES) == ["goodput", "promql", "slo_throughput", "step_time", "throughput"]
+    assert sorted(OBJECTIVES) == [
+        "goodput",
+        "promql",
+        "samples_per_joule",
+        "slo_throughput",
+        "step_time",
+        "throughput",
+        "tokens_per_joule",
+    ]
+    assert get_objective("samples_per_joule").direction == "maximize"
     assert get_objective("goodput").direction == "maximize"
     assert get_objective("step_time").direction == "minimize"
     assert default_objective("training").name == "goodput"
@@ -139,6 +148,27 @@ def test_registry_directions_and_defaults() -> None:
             {"throughput": 50.0, "p99_latency_s": 0.5, "slo_s": 0.25},
             Evaluation("infeasible", None, "slo: p99 latency 0.5 s > SLO 0.25 s"),
         ),
+        # 1200 samples/s on GPUs drawing 600 J/s: 2 samples per joule.
+        (
+            "samples_per_joule",
+            {"throughput_samples_s": 1200.0, "gpu_power_w": 600.0, "throughput_floor": 0.0},
+            Evaluation("ok", 2.0),
+        ),
+        (
+            "tokens_per_joule",
+            {"throughput_tokens_s": 9000.0, "gpu_power_w": 300.0, "throughput_floor": 8000.0},
+            Evaluation("ok", 30.0),
+        ),
+        (
+            "samples_per_joule",
+            {"throughput_samples_s": 900.0, "gpu_power_w": 300.0, "throughput_floor": 1000.0},
+            Evaluation("infeasible", None, "throughput_floor: throughput 900/s < floor 1000/s"),
+        ),
+        (
+            "samples_per_joule",
+            {"throughput_samples_s": 900.0, "gpu_power_w": None, "throughput_floor": 0.0},
+            Evaluation("missing", None, "samples_per_joule: no gpu_power_w"),
+        ),
     ],
 )
 def test_evaluate_never_turns_missing_data_into_a_value(name, inputs, expected) -> None:
@@ -150,3 +180,11 @@ def test_evaluate_reports_invalid_measurements_as_missing() -> None:
     assert result.status == "missing"
     assert result.value is None
     assert "invalid measurement: step_time_s must be a positive" in result.reason
+
+
+def test_per_joule_needs_power_drawn() -> None:
+    result = get_objective("samples_per_joule").evaluate(
+        {"throughput_samples_s": 10.0, "gpu_power_w": 0.0, "throughput_floor": 0.0}
+    )
+    assert result.status == "missing"
+    assert "gpu_power_w must be a positive finite number" in result.reason

@@ -44,6 +44,13 @@ def test_the_promql_objective_s_expression_is_kept_only_when_given() -> None:
         StudyOptions.from_dict({"objective_expr": 3})
 
 
+def test_the_throughput_floor_is_kept_only_when_given() -> None:
+    options = StudyOptions(throughput_floor=500)
+    assert options.to_dict()["throughput_floor"] == 500.0
+    assert StudyOptions.from_dict(options.to_dict()) == options
+    assert "throughput_floor" not in StudyOptions().to_dict(), "stored options stay as they were"
+
+
 @pytest.mark.parametrize(
     ("data", "reason"),
     [
@@ -66,6 +73,8 @@ def test_the_promql_objective_s_expression_is_kept_only_when_given() -> None:
         ({"memory": {"enabled": "no"}}, "memory.enabled must be true or false"),
         ({"memory": {"head_room": 0.1}}, "unknown memory option head_room"),
         ({"memory": 0.1}, "memory must be an object"),
+        ({"throughput_floor": 0}, "throughput_floor must be a positive number"),
+        ({"throughput_floor": "fast"}, "throughput_floor must be a positive number"),
     ],
 )
 def test_bad_options_are_refused_in_one_line(data: dict[str, Any], reason: str) -> None:

@@ -22,13 +22,16 @@ See ``docs/agent.md``.
 from tuneloop.agent.agent import Agent
 from tuneloop.agent.client import ControlPlaneClient, ProtocolError, RankInfo, Released
 from tuneloop.agent.noise import GradientNoiseScale
+from tuneloop.agent.power import GpuPowerLimit, PowerLimitRefused
 from tuneloop.agent.subscription import ConfigSubscription
 
 __all__ = [
     "Agent",
     "ConfigSubscription",
     "ControlPlaneClient",
+    "GpuPowerLimit",
     "GradientNoiseScale",
+    "PowerLimitRefused",
     "ProtocolError",
     "RankInfo",
     "Released",

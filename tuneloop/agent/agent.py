@@ -4,6 +4,11 @@ gradient noise scale, for one process (one rank) of a training job.
 Only rank 0 talks to the control plane's agent protocol (registers for every rank, polls,
 acknowledges); every rank emits its own step spans. A framework integration
 (:mod:`tuneloop.agent.torch`) carries a new config from rank 0 to all ranks at one step.
+
+With a :class:`~tuneloop.agent.power.GpuPowerLimit` the agent applies the ``power_limit_w``
+knob itself: rank 0 sets it before it hands a released config to the job, and reports a config
+the driver refuses as one the job could not run (``status`` failed, with the reason) instead of
+handing it over; every rank puts back the limits it found when it closes.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import TYPE_CHECKING, Any, SupportsFloat
 from tuneloop.agent.client import ControlPlaneClient, RankInfo, Released
 from tuneloop.agent.knobs import Knob, check_unique
 from tuneloop.agent.noise import GradientNoiseScale
+from tuneloop.agent.power import POWER_LIMIT_KEY, GpuPowerLimit, PowerLimitRefused
 from tuneloop.agent.subscription import ConfigSubscription
 
 if TYPE_CHECKING:
@@ -50,6 +56,7 @@ class Agent:
         peak_flops_per_gpu: float | None = None,
         tracer: StepTracer | None = None,
         client: ControlPlaneClient | None = None,
+        power: GpuPowerLimit | None = None,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside 0..{world_size - 1}")
@@ -77,6 +84,9 @@ class Agent:
                 peak_flops_per_gpu=peak_flops_per_gpu,
             )
         self._subscription: ConfigSubscription | None = None
+        self.power = power
+        self._power_error: str | None = None  # why the power limit cannot be set at all
+        self._power_version = 0  # the released version whose power limit is set
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Agent:
@@ -112,14 +122,27 @@ class Agent:
         details: Mapping[str, Any] | None = None,
         knobs: Sequence[Knob] = (),
     ) -> None:
-        """Start with the job's own ``config``. On rank 0: register (with ``ranks``, every
-        rank's host and GPUs; default: ranks on this host without GPUs, and ``knobs``, the
-        job's own settings a study may search) and subscribe, in the background, so an
-        unreachable control plane never holds the job up. A knob missing from ``config``
-        starts at its default."""
+        """Start with the job's own ``config``; with a power limit, its ``power_limit_w`` is set
+        (one refused is dropped from the config, logged), and the limit the GPUs run at added
+        when it sets none. A knob missing from ``config`` starts at its default. On rank 0:
+        register (with ``ranks``, every rank's host and GPUs; default: ranks on this host
+        without GPUs, and ``knobs``, the job's own settings a study may search) and subscribe,
+        in the background, so an unreachable control plane never holds the job up."""
         check_unique(knobs)
         self.config = {**{k.name: k.default for k in knobs}, **dict(config)}
         declarations = [k.declaration() for k in knobs]
+        power_details = self._start_power()
+        found = set(power_details.get(POWER_LIMIT_KEY, {}).get("found_w", ()))
+        if self.config.get(POWER_LIMIT_KEY) is not None:
+            try:
+                self.apply_power(self.config)
+            except PowerLimitRefused as exc:
+                log.error("the starting config's power limit is not set: %s", exc)
+                del self.config[POWER_LIMIT_KEY]
+        if len(found) == 1 and POWER_LIMIT_KEY not in self.config:
+            # What the job runs at is part of its config: a study over the knob measures it
+            # first, and a rollback can return to it.
+            self.config[POWER_LIMIT_KEY] = found.pop()
         if self.rank != 0:
             return
         client = self._client
@@ -136,7 +159,7 @@ class Agent:
                 ranks=rank_list,
                 config=self.config,
                 pid=os.getpid(),
-                details={"sdk": "tuneloop.agent", **(details or {})},
+                details={"sdk": "tuneloop.agent", **power_details, **(details or {})},
                 knobs=declarations,
             )
 
@@ -144,6 +167,49 @@ class Agent:
             client, register, running_version=self.version, poll_timeout_s=self._poll_timeout_s
         )
         self._subscription.start()
+
+    def _start_power(self) -> dict[str, Any]:
+        """The GPUs' power range, registered so that a study's ``power_limit_w`` bounds can be
+        taken from it; a failure to open NVML is registered too, and refuses the knob."""
+        if self.power is None:
+            return {}
+        try:
+            return {POWER_LIMIT_KEY: self.power.start()}
+        except PowerLimitRefused as exc:
+            self._power_error = str(exc)
+            log.warning("the power limit cannot be set: %s", exc)
+            return {POWER_LIMIT_KEY: {"error": str(exc)}}
+
+    def apply_power(self, config: Mapping[str, Any]) -> None:
+        """Set ``config``'s power limit on this rank's GPUs (the limits found, without one):
+        :class:`PowerLimitRefused` when the driver refuses it, nothing changed. Rank 0 calls
+        it in :meth:`pending`; a framework integration calls it on the other ranks."""
+        if self.power is None:
+            if config.get(POWER_LIMIT_KEY) is not None:
+                raise PowerLimitRefused(
+                    f"{POWER_LIMIT_KEY}: the agent was started without a power limit "
+                    "(Agent(power=GpuPowerLimit()), docs/energy.md)"
+                )
+            return
+        if self._power_error is not None:
+            if config.get(POWER_LIMIT_KEY) is not None:
+                raise PowerLimitRefused(self._power_error)
+            return
+        self.power.apply_config(config)
+
+    def refuse(self, version: int, reason: str) -> None:
+        """Rank 0: the job cannot run released ``version``: keep the running config's power
+        limit and report the version as failed, with ``reason``, for the tuner and the
+        actuator to act on (a trial fails, a change is rolled back)."""
+        log.error("released version %d refused: %s", version, reason)
+        if self.power is not None and self._power_version != self.version:
+            try:
+                self.apply_power(self.config)
+                self._power_version = self.version
+            except PowerLimitRefused as exc:
+                log.error("power limit of the running config not restored: %s", exc)
+        if self._subscription is not None:
+            self._subscription.refused(version, self.config, reason)
 
     @property
     def connected(self) -> bool:
@@ -163,6 +229,13 @@ class Agent:
                 # The adopted starting config (or a copy of what runs): nothing to apply.
                 self.applied(pending.version, pending.config, step=None)
                 return None
+            if pending.version != self._power_version:
+                try:
+                    self.apply_power(pending.config)
+                except PowerLimitRefused as exc:
+                    self.refuse(pending.version, str(exc))
+                    return None
+                self._power_version = pending.version
             return pending
         return None
 
@@ -213,7 +286,10 @@ class Agent:
             self.tracer.set_noise_scale(self.noise_scale.value)
 
     def close(self) -> None:
-        """Send queued acknowledgements and what the exporters hold, then stop."""
+        """Put back the GPUs' power limits, send queued acknowledgements and what the
+        exporters hold, then stop."""
+        if self.power is not None:
+            self.power.close()
         if self._subscription is not None:
             self._subscription.stop()  # closes the client
         elif self._client is not None:

@@ -140,6 +140,18 @@ class ControlPlaneClient:
         body = {"agent_id": agent_id, "version": version, "step": step}
         self._check(self._http.post(f"{self._base}/config/ack", json=body))
 
+    def report_failed(self, version: int, running: Mapping[str, Any], reason: str) -> None:
+        """The job could not run released ``version`` and runs ``running``: an observed
+        config acknowledging ``version`` with status failed and ``reason``."""
+        body = {
+            "config": dict(running),
+            "source": "agent",
+            "acknowledged_version": version,
+            "status": "failed",
+            "reason": reason[:2000],
+        }
+        self._check(self._http.post(f"{self._base}/config/observed", json=body))
+
 
 def _released(data: Mapping[str, Any]) -> Released:
     return Released(int(data["version"]), dict(data["config"]))

@@ -25,8 +25,9 @@ BUCKET_MB: Final = "bucket_mb"
 GRAD_COMPRESSION: Final = "grad_compression"
 """The names :mod:`tuneloop.agent.torch`'s appliers declare, which a study from a diagnosis
 looks for (the server's ``tuner.knobs`` spells them too)."""
-BUILT_IN: Final = ("batch_size", "sync_period", "learning_rate")
-"""What :class:`~tuneloop.agent.torch.TunedTraining` applies itself: not knobs."""
+BUILT_IN: Final = ("batch_size", "sync_period", "learning_rate", "power_limit_w")
+"""What :class:`~tuneloop.agent.torch.TunedTraining` and the agent (the power limit,
+:mod:`tuneloop.agent.power`) apply themselves: not knobs."""
 
 Value = int | float | str | bool
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -23,6 +25,19 @@ log = logging.getLogger(__name__)
 RETRY_FIRST_S = 0.5
 RETRY_MAX_S = 30.0
 """The threads' backoff while the control plane is unreachable."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Ack:
+    version: int
+    step: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    version: int
+    running: Mapping[str, Any]
+    reason: str
 
 
 class ConfigSubscription:
@@ -45,7 +60,7 @@ class ConfigSubscription:
         self._known_version = running_version  # the newest version seen (running or pending)
         self._pending: Released | None = None
         self._agent_id: int | None = None
-        self._acks: queue.Queue[tuple[int, int | None] | None] = queue.Queue()
+        self._acks: queue.Queue[_Ack | _Refusal | None] = queue.Queue()
         self._stop = threading.Event()
         self.connected = threading.Event()
         """Set while the last exchange with the control plane succeeded."""
@@ -84,7 +99,16 @@ class ConfigSubscription:
             if self._pending is not None and self._pending.version <= version:
                 self._pending = None
             self._known_version = max(self._known_version, version)
-        self._acks.put((version, step))
+        self._acks.put(_Ack(version, step))
+
+    def refused(self, version: int, running: Mapping[str, Any], reason: str) -> None:
+        """The job cannot run released ``version`` and keeps ``running``: reported in the
+        background as an observed config acknowledging ``version`` with status failed."""
+        with self._lock:
+            if self._pending is not None and self._pending.version <= version:
+                self._pending = None
+            self._known_version = max(self._known_version, version)
+        self._acks.put(_Refusal(version, dict(running), reason))
 
     def _offer(self, released: Released | None) -> None:
         if released is None:
@@ -128,12 +152,15 @@ class ConfigSubscription:
                 item = self._acks.get()
                 if item is None:
                     return
-            version, step = item
+            version = item.version
             agent_id = self._agent_id
             try:
                 if agent_id is None:
                     raise ConnectionError("not registered yet")
-                self._client.ack(agent_id, version, step)
+                if isinstance(item, _Refusal):
+                    self._client.report_failed(version, item.running, item.reason)
+                else:
+                    self._client.ack(agent_id, version, item.step)
                 item = None
                 backoff.reset()
             except ProtocolError as exc:

@@ -54,6 +54,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tuneloop.agent.agent import Agent
 from tuneloop.agent.client import RankInfo
 from tuneloop.agent.knobs import BUCKET_MB, GRAD_COMPRESSION, Knob, KnobError, check_unique
+from tuneloop.agent.power import PowerLimitRefused
 from tuneloop.agent.torch_loader import LoaderSettings as LoaderSettings
 from tuneloop.learning_rate import (
     LR_SCALINGS,
@@ -351,7 +352,17 @@ class TunedTraining:
         except ConfigError as exc:
             # The same config reached every rank, so every rank refuses it at the same step.
             log.error("released version %d not applied: %s", version, exc)
+            if self.rank == 0:
+                self.agent.refuse(version, str(exc))
             return False
+        if self.rank != 0:
+            # Rank 0's agent set its GPUs' power limit before releasing the config to the ranks.
+            try:
+                self.agent.apply_power(config)
+            except PowerLimitRefused as exc:
+                log.error(
+                    "rank %d: version %d runs without its power limit: %s", self.rank, version, exc
+                )
         self.version = version
         self.history.append((version, step))
         if self.rank == 0:

@@ -8,5 +8,6 @@ from tuneloop.cli.db import db_app as db_app  # tuneloop db upgrade|downgrade|cu
 from tuneloop.cli.demo import demo as demo  # tuneloop demo
 from tuneloop.cli.jobs import job_app as job_app  # tuneloop job diagnose
 from tuneloop.cli.prices import prices_app as prices_app  # tuneloop prices load
+from tuneloop.cli.store import store_app as store_app  # tuneloop store compact
 from tuneloop.cli.studies import study_app as study_app  # tuneloop study list|show
 from tuneloop.cli.worker import worker as worker  # tuneloop worker, tuneloop beat

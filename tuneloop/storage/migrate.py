@@ -26,7 +26,7 @@ import tuneloop
 from tuneloop.storage.engine import check_database, make_engine
 from tuneloop.storage.locks import LockName, advisory_lock
 from tuneloop.storage.models import metadata
-from tuneloop.storage.timeseries.partitions import NAME_PREFIX as PARTITION_PREFIX
+from tuneloop.storage.timeseries.partitions import CHUNKS_PREFIX, NAME_PREFIX
 from tuneloop.storage.types import UTCDateTime
 
 
@@ -44,14 +44,15 @@ def include_object(
     reflected: bool,
     compare_to: SchemaItem | None,
 ) -> bool:
-    """Autogenerate filter: skip the partitions of ``samples`` (and so their indexes). The writer
-    creates them at run time, so they are not in the metadata and are not tables to drop."""
+    """Autogenerate filter: skip the partitions of ``samples`` and ``sample_chunks`` (and so
+    their indexes). The store creates them at run time, so they are not in the metadata and are
+    not tables to drop."""
     is_partition = (
         type_ == "table"
         and reflected
         and compare_to is None
         and name is not None
-        and name.startswith(PARTITION_PREFIX)
+        and name.startswith((NAME_PREFIX, CHUNKS_PREFIX))
     )
     return not is_partition
 

@@ -20,6 +20,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     PrimaryKeyConstraint,
     String,
     Table,
@@ -384,6 +385,24 @@ samples = Table(
     Column("value", Float(precision=53), nullable=False),
     Index("ix_samples_series_ts", "series_id", "ts", unique=True),
     postgresql_partition_by="RANGE (ts)",
+)
+
+
+# Compacted samples: one row per series and closed chunk span (``chunk_span``-wide, aligned to
+# the epoch), its timestamps and values encoded by ``timeseries.chunk_codec``. ``start_ts`` is
+# the span's start, ``end_ts`` the newest sample's time. Range-partitioned on PostgreSQL as
+# ``samples`` (by ``start_ts``), so retention drops chunks with the samples' partitions.
+sample_chunks = Table(
+    "sample_chunks",
+    metadata,
+    Column("series_id", BigInteger, nullable=False),
+    Column("start_ts", UTCDateTime(), nullable=False),
+    Column("end_ts", UTCDateTime(), nullable=False),
+    Column("sample_count", Integer, nullable=False),
+    Column("ts_blob", LargeBinary, nullable=False),
+    Column("values_blob", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("series_id", "start_ts"),
+    postgresql_partition_by="RANGE (start_ts)",
 )
 
 

@@ -1,4 +1,4 @@
-"""Store maintenance tasks: rollups and retention.
+"""Store maintenance tasks: rollups, compaction and retention.
 
 Each task takes no arguments, reads what it needs from the store and is idempotent, so Celery may
 run it late, twice (``acks_late``) or not at all (an expired tick) without harm.
@@ -61,6 +61,16 @@ def run_rollups() -> None:
     runtime = task_runtime()
     result = update_rollups(runtime.engine, now=utcnow())
     log.info("rollups updated: %s", result)
+
+
+def run_compaction() -> None:
+    """Compact the closed chunk spans of raw samples outside the hot window, and merge late
+    samples into their chunks (after the rollups: only what they have read is compacted)."""
+    from tuneloop.storage.timeseries.compaction import compact
+
+    runtime = task_runtime()
+    result = compact(runtime.engine, now=utcnow())
+    log.info("compaction: %s", result)
 
 
 def run_retention() -> None:

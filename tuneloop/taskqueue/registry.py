@@ -119,6 +119,7 @@ def periodic_tasks(settings: Settings) -> tuple[PeriodicTask, ...]:
         if settings.tsdb_url
         else (
             PeriodicTask("tuneloop.maintenance.rollups", maintenance.run_rollups, every),
+            PeriodicTask("tuneloop.maintenance.compaction", maintenance.run_compaction, every),
             PeriodicTask("tuneloop.maintenance.retention", maintenance.run_retention, every),
         )
     )

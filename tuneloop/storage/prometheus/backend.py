@@ -21,7 +21,8 @@ from tuneloop.storage.prometheus.grid import Buckets, Windows
 from tuneloop.storage.prometheus.remote_writer import RemoteWriter
 from tuneloop.storage.timeseries.columns import Batch, expand
 from tuneloop.storage.timeseries.functions import BUCKET_LABEL, BUCKET_SUFFIX, LabeledSeries
-from tuneloop.storage.timeseries.query import METRIC_LABEL, TooManySeries, check_query
+from tuneloop.storage.timeseries.query import METRIC_LABEL, TooManySeries
+from tuneloop.storage.timeseries.query_checks import check_query
 from tuneloop.storage.timeseries.raw import RawSeries
 from tuneloop.storage.timeseries.types import (
     Aggregation,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from tuneloop.storage.timeseries.query import check_range
+from tuneloop.storage.timeseries.query_checks import check_range
 from tuneloop.storage.types import from_micros, to_micros
 
 

@@ -50,6 +50,7 @@ from sqlalchemy import (
     ColumnElement,
     DateTime,
     Float,
+    FromClause,
     Interval,
     Select,
     Subquery,
@@ -64,15 +65,16 @@ from sqlalchemy import (
     cast as cast_,
 )
 
-from tuneloop.storage.models import Series, samples
+from tuneloop.storage.models import Series
 from tuneloop.storage.timeseries.query import (
     Bind,
-    check_range,
     matched_series,
     regex_errors,
     use_connection,
 )
+from tuneloop.storage.timeseries.query_checks import check_range
 from tuneloop.storage.timeseries.rollups import time_bucket
+from tuneloop.storage.timeseries.sample_source import sample_rows
 from tuneloop.storage.timeseries.types import Matcher, RangeSeries, SeriesInfo
 from tuneloop.storage.types import UTCDateTime, from_micros, to_micros
 
@@ -358,7 +360,9 @@ def _increases(
         if not matching:
             return []
         with regex_errors():
-            rows = connection.execute(_slice_sums(dialect, ids, grid)).all()
+            scan = (grid.read_from - grid.max_gap, grid.read_to)
+            source = sample_rows(connection, ids, [scan])
+            rows = connection.execute(_slice_sums(dialect, source, ids, grid)).all()
     slices: dict[int, tuple[list[int], list[float]]] = {}
     for series_id, bucket_us, value in rows:
         starts, sums = slices.setdefault(series_id, ([], []))
@@ -369,10 +373,10 @@ def _increases(
     return [(info, points) for info, points in found if points]
 
 
-def _slice_sums(dialect: str, ids: Select[Any], grid: _Grid) -> Select[Any]:
+def _slice_sums(dialect: str, source: FromClause, ids: Select[Any], grid: _Grid) -> Select[Any]:
     """Per series and slice of ``grid.slice_s`` seconds, the sum of the deltas of the samples
     in it (ordered by series, slice)."""
-    paired = _paired(ids, grid.read_from - grid.max_gap, grid.read_to)
+    paired = _paired(source, ids, grid.read_from - grid.max_gap, grid.read_to)
     value, previous = paired.c.value, paired.c.prev_value
     delta = case((value >= previous, value - previous), else_=value)
     bucket = time_bucket(paired.c.ts, grid.slice_s, dialect)
@@ -394,7 +398,9 @@ def _slice_sums(dialect: str, ids: Select[Any], grid: _Grid) -> Select[Any]:
     )
 
 
-def _paired(ids: Select[Any], scan_from: datetime, scan_to: datetime) -> Subquery:
+def _paired(
+    source: FromClause, ids: Select[Any], scan_from: datetime, scan_to: datetime
+) -> Subquery:
     """Samples in ``[scan_from, scan_to)`` with the value and time of the sample before each.
 
     The scan starts one longest gap before the first window, so the first sample of a window
@@ -402,18 +408,18 @@ def _paired(ids: Select[Any], scan_from: datetime, scan_to: datetime) -> Subquer
     by value, so a duplicated sample never looks like a reset.
     """
     over: dict[str, Any] = {
-        "partition_by": samples.c.series_id,
-        "order_by": (samples.c.ts, samples.c.value),
+        "partition_by": source.c.series_id,
+        "order_by": (source.c.ts, source.c.value),
     }
     return (
         select(
-            samples.c.series_id,
-            samples.c.ts,
-            samples.c.value,
-            func.lag(samples.c.value, type_=Float(precision=53)).over(**over).label("prev_value"),
-            func.lag(samples.c.ts, type_=UTCDateTime()).over(**over).label("prev_ts"),
+            source.c.series_id,
+            source.c.ts,
+            source.c.value,
+            func.lag(source.c.value, type_=Float(precision=53)).over(**over).label("prev_value"),
+            func.lag(source.c.ts, type_=UTCDateTime()).over(**over).label("prev_ts"),
         )
-        .where(samples.c.series_id.in_(ids), samples.c.ts >= scan_from, samples.c.ts < scan_to)
+        .where(source.c.series_id.in_(ids), source.c.ts >= scan_from, source.c.ts < scan_to)
         .subquery("paired")
     )
 

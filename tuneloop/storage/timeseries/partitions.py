@@ -1,7 +1,10 @@
-"""Daily (or ``partition_days``-wide) range partitions of ``samples`` on PostgreSQL.
+"""Daily (or ``partition_days``-wide) range partitions of ``samples`` and ``sample_chunks`` on
+PostgreSQL.
 
 Partitions are aligned to UTC midnight of epoch-day multiples of ``partition_days`` and named
-``samples_pYYYYMMDD`` after their lower bound, so every process computes the same layout.
+``samples_pYYYYMMDD`` (``sample_chunks_pYYYYMMDD``) after their lower bound, so every process
+computes the same layout, and a chunk (never wider than a day, aligned) always falls in the
+partition its samples had.
 Identifiers and bounds are built only from dates, and quoted by ``psycopg.sql``. There is no
 default partition: a row without a partition fails loudly instead of piling up somewhere that
 retention never drops. On SQLite every function here is a no-op.
@@ -25,6 +28,9 @@ from tuneloop.storage.types import to_micros
 
 PARENT_TABLE = "samples"
 NAME_PREFIX = "samples_p"
+CHUNKS_TABLE = "sample_chunks"
+CHUNKS_PREFIX = "sample_chunks_p"
+_PREFIXES = {PARENT_TABLE: NAME_PREFIX, CHUNKS_TABLE: CHUNKS_PREFIX}
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DAY_US = 86_400 * 1_000_000
@@ -69,10 +75,10 @@ def partition_index(ts: datetime, partition_days: int) -> int:
     return to_micros(ts) // (_DAY_US * partition_days)
 
 
-def partition_name(lower: datetime) -> str:
+def partition_name(lower: datetime, parent: str = PARENT_TABLE) -> str:
     lower = lower.astimezone(UTC)
     # Zero-padded by hand: strftime's %Y does not pad years below 1000 on every platform.
-    return f"{NAME_PREFIX}{lower.year:04d}{lower.month:02d}{lower.day:02d}"
+    return f"{_PREFIXES[parent]}{lower.year:04d}{lower.month:02d}{lower.day:02d}"
 
 
 def is_postgresql(connection: Connection) -> bool:
@@ -80,7 +86,11 @@ def is_postgresql(connection: Connection) -> bool:
 
 
 def ensure_partitions(
-    connection: Connection, start: datetime, end: datetime, partition_days: int
+    connection: Connection,
+    start: datetime,
+    end: datetime,
+    partition_days: int,
+    parent: str = PARENT_TABLE,
 ) -> list[str]:
     """Create the missing partitions covering ``[start, end]``; return the names created.
 
@@ -101,25 +111,55 @@ def ensure_partitions(
     width = timedelta(days=partition_days)
     wanted = [_EPOCH + width * index for index in range(first, last + 1)]
     # Cheap unlocked check first: the common case is "all exist", which then takes no lock.
-    if not _missing(connection, wanted):
+    if not _missing(connection, wanted, parent):
         return []
     _lock(connection)
     created = []
-    for lower in _missing(connection, wanted):
-        _create(connection, lower, lower + width)
-        created.append(partition_name(lower))
+    for lower in _missing(connection, wanted, parent):
+        _create(connection, lower, lower + width, parent)
+        created.append(partition_name(lower, parent))
     return created
 
 
-def list_partitions(connection: Connection) -> list[PartitionInfo]:
-    """Partitions of ``samples`` ordered by lower bound, read from the catalog."""
+def ensure_chunk_partitions(connection: Connection, start: datetime, end: datetime) -> list[str]:
+    """Create the ``sample_chunks`` partitions with the bounds of the ``samples`` partitions
+    meeting ``[start, end)``, so a chunk lands beside its samples and retention drops both
+    together whatever ``partition_days`` was when they were written. Runs in the caller's
+    transaction; returns the names created."""
     if not is_postgresql(connection):
         return []
-    rows = connection.execute(_LIST_SQL, {"pattern": _BOUND_PATTERN, "parent": PARENT_TABLE})
+    wanted = [
+        partition
+        for partition in list_partitions(connection)
+        if partition.lower is not None
+        and partition.upper is not None
+        and partition.lower < end
+        and partition.upper > start
+    ]
+    existing = {partition.name for partition in list_partitions(connection, CHUNKS_TABLE)}
+    missing = [p for p in wanted if partition_name(p.lower, CHUNKS_TABLE) not in existing]  # type: ignore[arg-type]
+    if not missing:
+        return []
+    _lock(connection)
+    created = []
+    for partition in missing:
+        assert partition.lower is not None and partition.upper is not None
+        _create(connection, partition.lower, partition.upper, CHUNKS_TABLE)
+        created.append(partition_name(partition.lower, CHUNKS_TABLE))
+    return created
+
+
+def list_partitions(connection: Connection, parent: str = PARENT_TABLE) -> list[PartitionInfo]:
+    """Partitions of ``parent`` ordered by lower bound, read from the catalog."""
+    if not is_postgresql(connection):
+        return []
+    rows = connection.execute(_LIST_SQL, {"pattern": _BOUND_PATTERN, "parent": parent})
     return [PartitionInfo(row.name, _utc(row.lower), _utc(row.upper)) for row in rows]
 
 
-def drop_partitions_before(connection: Connection, cutoff: datetime) -> list[str]:
+def drop_partitions_before(
+    connection: Connection, cutoff: datetime, parent: str = PARENT_TABLE
+) -> list[str]:
     """Drop the partitions whose upper bound is ``<= cutoff``; return their names.
 
     A partition straddling ``cutoff`` is kept whole: rows are never deleted one by one.
@@ -130,7 +170,7 @@ def drop_partitions_before(connection: Connection, cutoff: datetime) -> list[str
         return []
     _lock(connection)
     dropped = []
-    for partition in list_partitions(connection):
+    for partition in list_partitions(connection, parent):
         if partition.upper is not None and partition.upper <= cutoff:
             _execute(
                 connection,
@@ -150,22 +190,22 @@ def _check_days(partition_days: int) -> None:
         raise ValueError(f"partition_days must be >= 1, got {partition_days}")
 
 
-def _missing(connection: Connection, wanted: list[datetime]) -> list[datetime]:
-    existing = {partition.name for partition in list_partitions(connection)}
-    return [lower for lower in wanted if partition_name(lower) not in existing]
+def _missing(connection: Connection, wanted: list[datetime], parent: str) -> list[datetime]:
+    existing = {partition.name for partition in list_partitions(connection, parent)}
+    return [lower for lower in wanted if partition_name(lower, parent) not in existing]
 
 
 def _lock(connection: Connection) -> None:
     advisory_lock(connection, LockName.PARTITIONS)
 
 
-def _create(connection: Connection, lower: datetime, upper: datetime) -> None:
+def _create(connection: Connection, lower: datetime, upper: datetime, parent: str) -> None:
     statement = sql.SQL(
         "CREATE TABLE IF NOT EXISTS {name} PARTITION OF {parent}"
         " FOR VALUES FROM ({lower}) TO ({upper})"
     ).format(
-        name=sql.Identifier(partition_name(lower)),
-        parent=sql.Identifier(PARENT_TABLE),
+        name=sql.Identifier(partition_name(lower, parent)),
+        parent=sql.Identifier(parent),
         # ISO text with an explicit +00:00 offset: the same instant whatever the session TimeZone.
         lower=sql.Literal(lower.astimezone(UTC).isoformat()),
         upper=sql.Literal(upper.astimezone(UTC).isoformat()),

@@ -24,6 +24,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     Float,
+    FromClause,
     Row,
     Select,
     Subquery,
@@ -39,6 +40,10 @@ from sqlalchemy.exc import DBAPIError
 
 from tuneloop.regex import InvalidRegex, compile_anchored, postgres_pattern
 from tuneloop.storage.models import ROLLUP_TABLES, Series, samples
+from tuneloop.storage.timeseries.query_checks import (
+    MAX_POINTS_PER_SERIES as MAX_POINTS_PER_SERIES,
+)
+from tuneloop.storage.timeseries.query_checks import check_aware, check_query
 from tuneloop.storage.timeseries.rollups import (
     ceil_time,
     floor_time,
@@ -47,6 +52,7 @@ from tuneloop.storage.timeseries.rollups import (
     read_watermarks,
     time_bucket,
 )
+from tuneloop.storage.timeseries.sample_source import newest_in_chunks, sample_rows
 from tuneloop.storage.timeseries.types import (
     Aggregation,
     LatestSample,
@@ -56,10 +62,6 @@ from tuneloop.storage.timeseries.types import (
     SeriesInfo,
     SeriesKind,
 )
-from tuneloop.storage.types import to_micros
-
-MAX_POINTS_PER_SERIES = 11_000
-"""Prometheus' limit: more points than a screen has pixels is a mistake, not a query."""
 
 METRIC_LABEL = "__name__"
 """Matcher name that matches the metric name instead of a label, as in PromQL."""
@@ -262,49 +264,17 @@ def query_range(
             return []
         if aggregation is Aggregation.QUANTILE:
             assert q is not None
-            statement = _quantile_statement(dialect, ids, start, end, step_s, q)
+            source = sample_rows(connection, ids, [(start, end)])
+            statement = _quantile_statement(dialect, source, ids, start, end, step_s, q)
         else:
             tiers = _tiers(connection, step_s) if use_rollups else []
             segments = _plan(start, end, tiers)
-            statement = _merged_statement(dialect, ids, segments, step_s, aggregation)
+            raw = [(s.start, s.end) for s in segments if s.width_s is None]
+            source = sample_rows(connection, ids, raw) if raw else samples
+            statement = _merged_statement(dialect, source, ids, segments, step_s, aggregation)
         with regex_errors():
             rows = connection.execute(statement).all()
     return _range_series(found, rows)
-
-
-def check_query(
-    start: datetime, end: datetime, step_s: int, aggregation: Aggregation, q: float | None
-) -> None:
-    """Raise ``ValueError`` unless :func:`query_range` can answer this range and
-    aggregation (``q`` given for a quantile and only for it)."""
-    check_range(start, end, step_s)
-    if aggregation is Aggregation.QUANTILE:
-        if q is None or not 0.0 <= q <= 1.0:
-            raise ValueError(f"quantile needs q in [0, 1], got {q}")
-    elif q is not None:
-        raise ValueError(f"q is only meaningful for quantile, not {aggregation.value}")
-
-
-def check_range(start: datetime, end: datetime, step_s: int) -> None:
-    """Raise ``ValueError`` unless ``[start, end)`` at ``step_s`` is a valid range query of
-    at most :data:`MAX_POINTS_PER_SERIES` points per series."""
-    _check_aware(start, end)
-    if end <= start:
-        raise ValueError(f"end {end.isoformat()} must be after start {start.isoformat()}")
-    if step_s <= 0:
-        raise ValueError(f"step_s must be a positive number of seconds, got {step_s}")
-    step_us = step_s * 1_000_000
-    points = (to_micros(end) - 1) // step_us - to_micros(start) // step_us + 1
-    if points > MAX_POINTS_PER_SERIES:
-        raise ValueError(
-            f"the range and step give {points} points per series, more than "
-            f"{MAX_POINTS_PER_SERIES}; use a larger step or a shorter range"
-        )
-
-
-def _check_aware(*values: datetime) -> None:
-    if any(value.tzinfo is None for value in values):
-        raise ValueError("naive datetime: tuneloop timestamps must be timezone-aware")
 
 
 def _tiers(connection: Connection, step_s: int) -> list[tuple[int, datetime]]:
@@ -334,6 +304,7 @@ def _plan(start: datetime, end: datetime, tiers: list[tuple[int, datetime]]) -> 
 
 def _merged_statement(
     dialect: str,
+    source: FromClause,
     ids: Select[Any],
     segments: list[_Segment],
     step_s: int,
@@ -341,16 +312,22 @@ def _merged_statement(
 ) -> Select[Any]:
     fields = _NEEDED[aggregation]
     # One branch per segment: a plain time range per branch lets each index scan bound it.
-    branches = [_branch(dialect, ids, segment, step_s, fields) for segment in segments]
+    branches = [_branch(dialect, source, ids, segment, step_s, fields) for segment in segments]
     rows = (branches[0] if len(branches) == 1 else union_all(*branches)).subquery("rows")
     return _grouped(rows, _value(rows, aggregation, dialect))
 
 
 def _branch(
-    dialect: str, ids: Select[Any], segment: _Segment, step_s: int, fields: Sequence[str]
+    dialect: str,
+    source: FromClause,
+    ids: Select[Any],
+    segment: _Segment,
+    step_s: int,
+    fields: Sequence[str],
 ) -> Select[Any]:
+    table: FromClause
     if segment.width_s is None:
-        table, ts = samples, samples.c.ts
+        table, ts = source, source.c.ts
     else:
         table = ROLLUP_TABLES[segment.width_s]
         ts = table.c.bucket
@@ -380,16 +357,22 @@ def _value(rows: Subquery, aggregation: Aggregation, dialect: str) -> ColumnElem
 
 
 def _quantile_statement(
-    dialect: str, ids: Select[Any], start: datetime, end: datetime, step_s: int, q: float
+    dialect: str,
+    source: FromClause,
+    ids: Select[Any],
+    start: datetime,
+    end: datetime,
+    step_s: int,
+    q: float,
 ) -> Select[Any]:
     # Quantiles cannot be merged from partials: always raw samples.
     rows = (
         select(
-            samples.c.series_id,
-            time_bucket(samples.c.ts, step_s, dialect).label("bucket"),
-            samples.c.value,
+            source.c.series_id,
+            time_bucket(source.c.ts, step_s, dialect).label("bucket"),
+            source.c.value,
         )
-        .where(samples.c.series_id.in_(ids), samples.c.ts >= start, samples.c.ts < end)
+        .where(source.c.series_id.in_(ids), source.c.ts >= start, source.c.ts < end)
         .subquery("rows")
     )
     value = rows.c.value
@@ -435,12 +418,31 @@ def latest(
     PostgreSQL also keeps older partitions out of the scan). Series without one are left out.
     Raises :class:`TooManySeries` if more than ``max_series`` series have one."""
     if since is not None:
-        _check_aware(since)
+        check_aware(since)
     with use_connection(bind) as connection:
-        statement = latest_statement(connection.dialect.name, project_id, metric, matchers, since)
-        # Stops probing after one series too many instead of probing every match.
-        rows = _capped_rows(connection, statement, max_series)
-    return [LatestSample(_series_info(row), row.ts, float(row.value)) for row in rows]
+        dialect = connection.dialect.name
+        statement = latest_statement(dialect, project_id, metric, matchers, since)
+        ids = select(_series.c.id).where(*series_conditions(dialect, project_id, metric, matchers))
+        with regex_errors():
+            in_chunks = newest_in_chunks(connection, ids, since)
+        if not in_chunks:
+            # Stops probing after one series too many instead of probing every match.
+            rows = _capped_rows(connection, statement, max_series)
+            return [LatestSample(_series_info(row), row.ts, float(row.value)) for row in rows]
+        with regex_errors():
+            raw = {row.id: row for row in connection.execute(statement)}
+            infos = find_series(connection, project_id, metric, matchers)
+    found = []
+    for info in infos:
+        row, chunk = raw.get(info.id), in_chunks.get(info.id)
+        # On an equal time the chunk's sample is the one stored first.
+        if chunk is not None and (row is None or chunk[0] >= row.ts):
+            found.append(LatestSample(info, chunk[0], chunk[1]))
+        elif row is not None:
+            found.append(LatestSample(info, row.ts, float(row.value)))
+    if max_series is not None and len(found) > max_series:
+        raise TooManySeries(max_series)
+    return found
 
 
 def latest_statement(

@@ -20,7 +20,9 @@ from sqlalchemy import (
     BigInteger,
     ColumnElement,
     Connection,
+    FromClause,
     LargeBinary,
+    Select,
     Table,
     exists,
     func,
@@ -30,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.expression import type_coerce
 
-from tuneloop.storage.models import Series, samples
+from tuneloop.storage.models import Series
 from tuneloop.storage.timeseries.columns import Float64Array, Int64Array
 from tuneloop.storage.timeseries.query import (
     METRIC_LABEL,
@@ -38,6 +40,7 @@ from tuneloop.storage.timeseries.query import (
     regex_errors,
     series_conditions,
 )
+from tuneloop.storage.timeseries.sample_source import compacted_inside, sample_rows
 from tuneloop.storage.timeseries.types import Matcher, MatchOp
 from tuneloop.storage.types import from_micros
 
@@ -66,11 +69,16 @@ def _conditions(
     return series_conditions(dialect, project_id, metric, rest)
 
 
-def _sample_range(start_ms: int, end_ms: int) -> list[ColumnElement[bool]]:
+def _sample_range(source: FromClause, start_ms: int, end_ms: int) -> list[ColumnElement[bool]]:
     return [
-        samples.c.ts > from_micros(start_ms * 1000),
-        samples.c.ts <= from_micros(end_ms * 1000),
+        source.c.ts > from_micros(start_ms * 1000),
+        source.c.ts <= from_micros(end_ms * 1000),
     ]
+
+
+def _source(connection: Connection, ids: Select[Any], start_ms: int, end_ms: int) -> FromClause:
+    bounds = (from_micros(start_ms * 1000), from_micros(end_ms * 1000))
+    return sample_rows(connection, ids, [bounds])
 
 
 def count_samples(
@@ -84,9 +92,15 @@ def count_samples(
     """Samples a :func:`read` of the same arguments would load, counted up to ``limit + 1``
     (an index-only scan that stops there, never a count of everything)."""
     ids = select(_series.c.id).where(*_conditions(connection.dialect.name, project_id, matchers))
+    bounds = (from_micros(start_ms * 1000), from_micros(end_ms * 1000))
+    with regex_errors():
+        # Past the limit on whole chunks alone: refused without decoding anything.
+        if compacted_inside(connection, ids, bounds) > limit:
+            return limit + 1
+        source = _source(connection, ids, start_ms, end_ms)
     bounded = (
-        select(samples.c.series_id)
-        .where(samples.c.series_id.in_(ids), *_sample_range(start_ms, end_ms))
+        select(source.c.series_id)
+        .where(source.c.series_id.in_(ids), *_sample_range(source, start_ms, end_ms))
         .limit(limit + 1)
         .subquery("bounded")
     )
@@ -118,20 +132,24 @@ def read(
     if not found:
         return []
     ids = select(_series.c.id).where(*conditions)
-    in_range = [samples.c.series_id.in_(ids), *_sample_range(start_ms, end_ms)]
+    source = _source(connection, ids, start_ms, end_ms)
+    in_range = [source.c.series_id.in_(ids), *_sample_range(source, start_ms, end_ms)]
     if dialect == "postgresql":
-        return _packed(connection, found, in_range)
-    micros = type_coerce(samples.c.ts, BigInteger)  # SQLite keeps integer microseconds
+        return _packed(connection, source, found, in_range)
+    micros = type_coerce(source.c.ts, BigInteger)  # SQLite keeps integer microseconds
     rows = connection.execute(
-        select(samples.c.series_id, micros, samples.c.value)
+        select(source.c.series_id, micros, source.c.value)
         .where(*in_range)
-        .order_by(samples.c.series_id, samples.c.ts)
+        .order_by(source.c.series_id, source.c.ts)
     ).all()
     return _grouped(found, rows)
 
 
 def _packed(
-    connection: Connection, found: Sequence[Any], in_range: list[ColumnElement[bool]]
+    connection: Connection,
+    source: FromClause,
+    found: Sequence[Any],
+    in_range: list[ColumnElement[bool]],
 ) -> list[RawSeries]:
     """PostgreSQL packs each series' times and values into two byte strings of 8-byte
     big-endian numbers (``timestamptz_send``: microseconds since 2000, ``float8send``): one
@@ -140,12 +158,12 @@ def _packed(
     empty = literal(b"", LargeBinary)
     statement = (
         select(
-            samples.c.series_id,
-            func.string_agg(func.timestamptz_send(samples.c.ts), empty, type_=LargeBinary),
-            func.string_agg(func.float8send(samples.c.value), empty, type_=LargeBinary),
+            source.c.series_id,
+            func.string_agg(func.timestamptz_send(source.c.ts), empty, type_=LargeBinary),
+            func.string_agg(func.float8send(source.c.value), empty, type_=LargeBinary),
         )
         .where(*in_range)
-        .group_by(samples.c.series_id)
+        .group_by(source.c.series_id)
     )
     info = {row.id: {**row.labels, METRIC_LABEL: row.metric} for row in found}
     out: list[RawSeries] = []
@@ -194,16 +212,14 @@ def series_in_range(
     series of the project if there is none) that have a sample in ``[start, end]``, as
     Prometheus' ``/api/v1/series`` lists them. :class:`TooManySeries` past ``max_series``."""
     dialect = connection.dialect.name
-    in_range = [samples.c.series_id == _series.c.id]
-    if start is not None:
-        in_range.append(samples.c.ts >= start)
-    if end is not None:
-        in_range.append(samples.c.ts <= end)
     seen: dict[int, dict[str, str]] = {}
     for matchers in matcher_sets or [()]:
+        conditions = _conditions(dialect, project_id, matchers)
+        with regex_errors():
+            has_samples = _with_samples(connection, conditions, start, end)
         statement = (
             select(_series.c.id, _series.c.metric, _series.c.labels)
-            .where(*_conditions(dialect, project_id, matchers), exists().where(*in_range))
+            .where(*conditions, has_samples)
             .order_by(_series.c.metric, _series.c.id)
             .limit(max_series + 1)
         )
@@ -226,13 +242,20 @@ def metric_kinds(connection: Connection, project_id: int) -> list[tuple[str, str
     return [(row[0], row[1]) for row in connection.execute(statement)]
 
 
-def _with_samples(start: datetime | None, end: datetime | None) -> ColumnElement[bool]:
+def _with_samples(
+    connection: Connection,
+    conditions: list[ColumnElement[bool]],
+    start: datetime | None,
+    end: datetime | None,
+) -> ColumnElement[bool]:
     """The series has a sample in ``[start, end]`` (either end open when ``None``)."""
-    in_range = [samples.c.series_id == _series.c.id]
+    ids = select(_series.c.id).where(*conditions)
+    source = sample_rows(connection, ids, [(start, end)], presence_only=True)
+    in_range = [source.c.series_id == _series.c.id]
     if start is not None:
-        in_range.append(samples.c.ts >= start)
+        in_range.append(source.c.ts >= start)
     if end is not None:
-        in_range.append(samples.c.ts <= end)
+        in_range.append(source.c.ts <= end)
     return exists().where(*in_range)
 
 
@@ -249,7 +272,9 @@ def label_names(
     dialect = connection.dialect.name
     names: set[str] = set()
     for matchers in matcher_sets or [()]:
-        conditions = [*_conditions(dialect, project_id, matchers), _with_samples(start, end)]
+        matching = _conditions(dialect, project_id, matchers)
+        with regex_errors():
+            conditions = [*matching, _with_samples(connection, matching, start, end)]
         if dialect == "postgresql":
             key: ColumnElement[Any] = func.jsonb_object_keys(_series.c.labels)
             statement = select(key).where(*conditions).distinct()
@@ -287,7 +312,9 @@ def label_values(
         value = select(pairs.c.value).where(pairs.c.key == name).scalar_subquery()
     values: set[str] = set()
     for matchers in matcher_sets or [()]:
-        conditions = [*_conditions(dialect, project_id, matchers), _with_samples(start, end)]
+        matching = _conditions(dialect, project_id, matchers)
+        with regex_errors():
+            conditions = [*matching, _with_samples(connection, matching, start, end)]
         statement = select(value).where(*conditions).distinct()
         with regex_errors():
             values.update(str(v) for v in connection.execute(statement).scalars() if v)

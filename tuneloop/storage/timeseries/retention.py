@@ -1,8 +1,11 @@
-"""Retention: forget raw samples and rollups older than their configured age.
+"""Retention: forget raw samples, their compacted chunks and rollups older than their
+configured age.
 
 Raw samples are cut at a partition boundary on both backends, so PostgreSQL (which drops whole
 partitions, never deleting rows one by one) and SQLite (which deletes rows) keep exactly the same
-data. Rollup rows are cut at ``now - rollup_retention_days`` exactly.
+data. A chunk never straddles a partition (its span divides a day), so the chunks' partitions,
+which share the samples' bounds, go with them. Rollup rows are cut at
+``now - rollup_retention_days`` exactly.
 """
 
 from __future__ import annotations
@@ -12,8 +15,12 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Engine, delete
 
-from tuneloop.storage.models import ROLLUP_TABLES, samples
-from tuneloop.storage.timeseries.partitions import drop_partitions_before, partition_start
+from tuneloop.storage.models import ROLLUP_TABLES, sample_chunks, samples
+from tuneloop.storage.timeseries.partitions import (
+    CHUNKS_TABLE,
+    drop_partitions_before,
+    partition_start,
+)
 
 
 @dataclass(slots=True)
@@ -22,9 +29,13 @@ class RetentionResult:
     """Raw samples before this instant are gone (a partition boundary)."""
     rollup_cutoff: datetime
     dropped_partitions: list[str] = field(default_factory=list)
-    """PostgreSQL: the partitions dropped. Always empty on SQLite."""
+    """PostgreSQL: the partitions of ``samples`` dropped. Always empty on SQLite."""
+    dropped_chunk_partitions: list[str] = field(default_factory=list)
+    """PostgreSQL: the partitions of ``sample_chunks`` dropped. Always empty on SQLite."""
     samples_deleted: int = 0
     """SQLite: raw rows deleted. Always 0 on PostgreSQL, where partitions are dropped instead."""
+    chunks_deleted: int = 0
+    """SQLite: chunk rows deleted. Always 0 on PostgreSQL."""
     rollup_rows_deleted: dict[str, int] = field(default_factory=dict)
     """Rows deleted per rollup table name."""
 
@@ -58,12 +69,20 @@ def apply_retention(
     # exclusively, and that lock should not wait on the rollup deletes.
     with engine.begin() as connection:
         if connection.dialect.name == "postgresql":
-            result.dropped_partitions = drop_partitions_before(connection, result.samples_cutoff)
+            cutoff = result.samples_cutoff
+            result.dropped_partitions = drop_partitions_before(connection, cutoff)
+            result.dropped_chunk_partitions = drop_partitions_before(
+                connection, cutoff, CHUNKS_TABLE
+            )
         else:
             deleted = connection.execute(
                 delete(samples).where(samples.c.ts < result.samples_cutoff)
             )
             result.samples_deleted = deleted.rowcount
+            deleted = connection.execute(
+                delete(sample_chunks).where(sample_chunks.c.start_ts < result.samples_cutoff)
+            )
+            result.chunks_deleted = deleted.rowcount
     with engine.begin() as connection:
         for table in ROLLUP_TABLES.values():
             deleted = connection.execute(delete(table).where(table.c.bucket < result.rollup_cutoff))

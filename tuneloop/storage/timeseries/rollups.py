@@ -32,6 +32,7 @@ from sqlalchemy import (
     DateTime,
     Engine,
     Float,
+    FromClause,
     Integer,
     Interval,
     Select,
@@ -57,6 +58,9 @@ PARTIAL_FIELDS = ("count", "sum", "min", "max", "last", "last_ts")
 """The columns of a rollup row, in table order after (series_id, bucket)."""
 
 DEFAULT_CHUNK = timedelta(hours=6)
+DEFAULT_LATENESS_S = 120
+"""How late a sample may arrive and still be rolled up: the 1-minute pass recomputes this much
+before its watermark (compaction leaves that margin raw)."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _series = cast(Table, Series.__table__)
@@ -90,7 +94,7 @@ def last_by_ts(ts: ColumnElement[Any], value: ColumnElement[Any], dialect: str) 
 
 
 def partial_rows(
-    source: Table,
+    source: FromClause,
     width_s: int,
     dialect: str,
     fields: Sequence[str],
@@ -99,8 +103,8 @@ def partial_rows(
     """Rows of ``source`` (``samples`` or a rollup table) in the common partial shape
     (series_id, bucket, *fields), with ``bucket`` at ``width_s``. A raw sample is a partial of
     one sample, so raw and rollup rows can be merged by one ``GROUP BY``."""
-    if source is samples:
-        ts, value = samples.c.ts, samples.c.value
+    if "ts" in source.c:  # ``samples`` or the samples a read sees (sample_source)
+        ts, value = source.c.ts, source.c.value
         raw: dict[str, ColumnElement[Any]] = {
             "count": literal(1, Integer()),
             "sum": value,
@@ -165,7 +169,7 @@ def update_rollups(
     engine: Engine,
     *,
     now: datetime,
-    lateness_s: int = 120,
+    lateness_s: int = DEFAULT_LATENESS_S,
     chunk: timedelta = DEFAULT_CHUNK,
 ) -> dict[int, int]:
     """Bring every rollup up to date with the samples complete at ``now``; return the rows

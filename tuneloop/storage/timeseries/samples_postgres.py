@@ -17,8 +17,9 @@ import numpy as np
 import numpy.typing as npt
 import psycopg
 from psycopg import sql
-from sqlalchemy import Connection
+from sqlalchemy import Connection, LargeBinary, func, literal, select
 
+from tuneloop.storage.models import samples
 from tuneloop.storage.timeseries.write_validation import SampleArrays, SeriesSamples
 
 _TABLE = "samples"
@@ -77,6 +78,39 @@ def merge_samples(
     with driver.cursor() as cursor:
         cursor.execute(_MERGE_SQL)
         return max(cursor.rowcount, 0)
+
+
+def copy_arrays(connection: Connection, table: str, blocks: list[SampleArrays]) -> None:
+    """``COPY`` blocks of (series_id, ts, value) arrays into ``table`` (``samples``' columns)."""
+    _copy(_driver(connection), table, [], blocks)
+
+
+def read_arrays(connection: Connection, *conditions: Any) -> SampleArrays:
+    """The rows of ``samples`` meeting ``conditions`` as (series_id, micros, value) arrays
+    sorted by series and time, each series' times and values packed by PostgreSQL into two
+    byte strings (``timestamptz_send``, ``float8send``): no Python object per row."""
+    empty = literal(b"", LargeBinary)
+    statement = (
+        select(
+            samples.c.series_id,
+            func.string_agg(func.timestamptz_send(samples.c.ts), empty, type_=LargeBinary),
+            func.string_agg(func.float8send(samples.c.value), empty, type_=LargeBinary),
+        )
+        .where(*conditions)
+        .group_by(samples.c.series_id)
+        .order_by(samples.c.series_id)
+    )
+    ids, times, values = [], [], []
+    for series_id, packed_times, packed_values in connection.execute(statement):
+        micros = np.frombuffer(packed_times, dtype=">i8").astype(np.int64) + _POSTGRES_EPOCH_US
+        # Both aggregates see the group's rows in one order, not necessarily time order.
+        order = np.argsort(micros, kind="stable")
+        times.append(micros[order])
+        values.append(np.frombuffer(packed_values, dtype=">f8").astype(np.float64)[order])
+        ids.append(np.full(len(micros), series_id, dtype=np.int64))
+    if not ids:
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64)
+    return np.concatenate(ids), np.concatenate(times), np.concatenate(values)
 
 
 def _driver(connection: Connection) -> psycopg.Connection[Any]:

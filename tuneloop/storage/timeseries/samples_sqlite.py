@@ -44,6 +44,21 @@ def insert_samples(
         cursor.close()
 
 
+def insert_arrays(connection: Connection, statement: str, blocks: list[SampleArrays]) -> None:
+    """Run ``statement``, an ``INSERT`` of (series_id, ts, value) with three ``?``, for every
+    row of ``blocks``."""
+    driver = cast(sqlite3.Connection, connection.connection.driver_connection)
+    rows = chain.from_iterable(
+        zip(series_ids.tolist(), micros.tolist(), values.tolist(), strict=True)
+        for series_ids, micros, values in blocks
+    )
+    cursor = driver.cursor()
+    try:
+        cursor.executemany(statement, rows)
+    finally:
+        cursor.close()
+
+
 def _micros(ts: datetime) -> int:
     # Exact integer microseconds, the representation UTCDateTime uses on SQLite.
     return (ts - EPOCH) // _MICROSECOND

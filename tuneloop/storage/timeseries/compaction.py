@@ -1,0 +1,348 @@
+"""Compaction: closed chunk spans of raw samples become one ``sample_chunks`` row each.
+
+A span (``chunk_span_s`` wide, aligned to the epoch) is compacted once it ends before both
+``now - hot_window`` and the 1-minute rollup's watermark less the rollups' lateness margin: the
+rollups and PostgreSQL's dashboard functions, which read raw rows only after that watermark,
+never need a chunk. Work goes by batches of series and by day (never across a partition), each
+unit one transaction that inserts the chunks and deletes exactly the raw rows they hold, so a
+process killed at any point loses and duplicates nothing, and a second pass finds nothing left.
+
+Late samples, raw rows inside a span that already has a chunk, are merged into it by the next
+pass: decoded, merged (on an equal timestamp the chunk's value stays, as ``ON CONFLICT DO
+NOTHING`` keeps the first stored), encoded again and written back in the same kind of
+transaction. Readers see them in the meantime (:mod:`.sample_source`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+import numpy as np
+from sqlalchemy import BigInteger, Connection, Engine, Table, delete, insert, select, tuple_
+from sqlalchemy.sql.expression import type_coerce
+
+from tuneloop.settings import get_settings
+from tuneloop.storage.locks import LockName, hold_write_lock, session_lock
+from tuneloop.storage.models import Series, sample_chunks, samples
+from tuneloop.storage.timeseries.chunk_codec import decode_chunk, encode_chunk
+from tuneloop.storage.timeseries.partitions import ensure_chunk_partitions
+from tuneloop.storage.timeseries.rollups import DEFAULT_LATENESS_S, MINUTE_S, read_watermarks
+from tuneloop.storage.timeseries.samples_postgres import read_arrays
+from tuneloop.storage.types import from_micros, to_micros, utcnow
+
+_series = cast(Table, Series.__table__)
+_DAY = timedelta(days=1)
+_DAY_US = 86_400_000_000
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    chunks_written: int
+    samples_compacted: int
+    late_samples_merged: int
+    seconds: float
+
+
+@dataclass
+class _Totals:
+    chunks: int = 0
+    samples: int = 0
+    late: int = 0
+
+
+def compact(
+    bind: Engine | Connection,
+    *,
+    hot_window: timedelta | None = None,
+    now: datetime | None = None,
+    batch_series: int = 500,
+    progress: Callable[[str], None] | None = None,
+    after_rollups: bool = True,
+    span: timedelta | None = None,
+) -> CompactionReport:
+    """Compact every closed chunk span older than ``now - hot_window`` (the setting
+    ``compact_after_s`` when ``None``) and, with ``after_rollups``, than the 1-minute rollup's
+    watermark (nothing while the rollups have never run). ``after_rollups=False`` is for a store
+    whose rollups are not used; ``span`` overrides the setting ``chunk_span_s``. One pass at a
+    time (a second returns at once, having done nothing). Idempotent; safe to interrupt. A
+    ``Connection`` given must not be in a transaction: each unit commits on it."""
+    began = time.monotonic()
+    settings = get_settings()
+    hot = timedelta(seconds=settings.compact_after_s) if hot_window is None else hot_window
+    width = timedelta(seconds=settings.chunk_span_s) if span is None else span
+    if hot < timedelta(0):
+        raise ValueError(f"hot_window must not be negative, got {hot}")
+    if batch_series < 1:
+        raise ValueError(f"batch_series must be >= 1, got {batch_series}")
+    if width < timedelta(minutes=1) or _DAY % width:
+        raise ValueError(f"a chunk span must divide a day, got {width}")
+    now = utcnow() if now is None else now
+    if now.tzinfo is None:
+        raise ValueError("naive datetime: tuneloop timestamps must be timezone-aware")
+    say = progress or (lambda _line: None)
+    totals = _Totals()
+    with _connected(bind) as connection, session_lock(connection, LockName.COMPACTION) as free:
+        cutoff = _cutoff(connection, now - hot, width, after_rollups)
+        if not free:
+            say("another compaction is running: nothing done")
+        elif cutoff is None:
+            say("nothing to compact: the 1-minute rollups have not run yet")
+        else:
+            say(f"compacting samples before {cutoff.isoformat()} in {width} chunks")
+            _run(connection, cutoff, width, batch_series, totals, say)
+    report = CompactionReport(totals.chunks, totals.samples, totals.late, time.monotonic() - began)
+    say(
+        f"done: {report.samples_compacted} samples into {report.chunks_written} chunks "
+        f"({report.late_samples_merged} late samples merged) in {report.seconds:.1f} s"
+    )
+    return report
+
+
+@contextmanager
+def _connected(bind: Engine | Connection) -> Iterator[Connection]:
+    """The connection to work on: the caller's (which must not be in a transaction: each unit
+    commits on it), or one of the engine's."""
+    if isinstance(bind, Connection):
+        yield bind
+        return
+    with bind.connect() as connection:
+        yield connection
+
+
+def _cutoff(
+    connection: Connection, hot_edge: datetime, width: timedelta, after_rollups: bool
+) -> datetime | None:
+    edge = hot_edge
+    if after_rollups:
+        watermark = read_watermarks(connection).get(MINUTE_S)
+        _end(connection)
+        if watermark is None:
+            return None
+        edge = min(edge, watermark - timedelta(seconds=DEFAULT_LATENESS_S))
+    return _floor(edge, width)
+
+
+def _run(
+    connection: Connection,
+    cutoff: datetime,
+    width: timedelta,
+    batch_series: int,
+    totals: _Totals,
+    say: Callable[[str], None],
+) -> None:
+    done = 0
+    for batch in _series_batches(connection, batch_series):
+        day = _oldest(connection, batch, None, cutoff)
+        while day is not None:
+            stop = min(day + _DAY, cutoff)
+            _ensure_partitions(connection, day, stop)
+            _compact_unit(connection, batch, day, stop, width, totals)
+            # The next day that has raw samples: a gap of months costs one probe, not a loop.
+            day = _oldest(connection, batch, stop, cutoff)
+        done += len(batch)
+        say(f"{done} series done: {totals.samples} samples in {totals.chunks} chunks so far")
+
+
+def _series_batches(connection: Connection, size: int) -> Iterator[list[int]]:
+    after = -(2**63)
+    while True:
+        ids = list(
+            connection.execute(
+                select(_series.c.id).where(_series.c.id > after).order_by(_series.c.id).limit(size)
+            ).scalars()
+        )
+        _end(connection)
+        if not ids:
+            return
+        yield ids
+        after = ids[-1]
+
+
+def _oldest(
+    connection: Connection, batch: Sequence[int], after: datetime | None, cutoff: datetime
+) -> datetime | None:
+    """Day start of the oldest raw sample of the batch in ``[after, cutoff)``: one index probe
+    per series, never a scan."""
+    bounds = (
+        [samples.c.ts < cutoff] if after is None else [samples.c.ts >= after, samples.c.ts < cutoff]
+    )
+    first = (
+        select(samples.c.ts)
+        .where(samples.c.series_id == _series.c.id, *bounds)
+        .order_by(samples.c.ts)
+        .limit(1)
+        .correlate(_series)
+        .scalar_subquery()
+    )
+    rows = connection.execute(select(first).where(_series.c.id.in_(batch))).scalars().all()
+    _end(connection)
+    found = [ts for ts in rows if ts is not None]
+    return _floor(min(found), _DAY) if found else None
+
+
+def _ensure_partitions(connection: Connection, start: datetime, end: datetime) -> None:
+    # DDL in a short transaction of its own, before the unit writes (partitions.py's rule).
+    if connection.dialect.name == "postgresql":
+        with connection.begin():
+            ensure_chunk_partitions(connection, start, end)
+
+
+def _compact_unit(
+    connection: Connection,
+    batch: Sequence[int],
+    start: datetime,
+    stop: datetime,
+    width: timedelta,
+    totals: _Totals,
+) -> None:
+    """One transaction: the raw rows of ``batch`` in ``[start, stop)`` into chunks."""
+    with connection.begin():
+        if connection.dialect.name == "postgresql":
+            # The deletes then see only the rows this unit read: a sample written meanwhile
+            # stays raw for the next pass instead of being deleted unread.
+            connection.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        hold_write_lock(connection)
+        in_unit = (
+            samples.c.series_id.in_(batch),
+            samples.c.ts >= start,
+            samples.c.ts < stop,
+        )
+        ids, micros, values = _raw(connection, in_unit)
+        if not len(ids):
+            return
+        existing = _existing(connection, batch, start, stop)
+        rows, late = _chunk_rows(ids, micros, values, width, existing)
+        if existing:
+            keys = [
+                key for key in existing if key in {(r["series_id"], r["start_ts"]) for r in rows}
+            ]
+            if keys:
+                connection.execute(
+                    delete(sample_chunks).where(
+                        tuple_(sample_chunks.c.series_id, sample_chunks.c.start_ts).in_(keys)
+                    )
+                )
+        connection.execute(insert(sample_chunks), rows)
+        connection.execute(delete(samples).where(*in_unit))
+    totals.chunks += len(rows)
+    totals.samples += len(ids)
+    totals.late += late
+
+
+def _raw(connection: Connection, conditions: Sequence[Any]) -> tuple[Any, Any, Any]:
+    """The unit's raw samples as arrays sorted by (series_id, ts)."""
+    if connection.dialect.name == "postgresql":
+        return read_arrays(connection, *conditions)
+    micros = type_coerce(samples.c.ts, BigInteger())  # SQLite keeps integer microseconds
+    result = connection.execute(
+        select(samples.c.series_id, micros, samples.c.value)
+        .where(*conditions)
+        .order_by(samples.c.series_id, samples.c.ts)
+    )
+    # The driver's plain tuples: no Row object per sample (the columns need no conversion).
+    rows = result.cursor.fetchall() if result.cursor is not None else []
+    count = len(rows)
+    ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=count)
+    times = np.fromiter((row[1] for row in rows), dtype=np.int64, count=count)
+    values = np.fromiter((row[2] for row in rows), dtype=np.float64, count=count)
+    return ids, times, values
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A chunk already stored, decoded."""
+
+    end: datetime
+    times: Any
+    values: Any
+
+
+def _existing(
+    connection: Connection, batch: Sequence[int], start: datetime, stop: datetime
+) -> dict[tuple[int, datetime], _Stored]:
+    rows = connection.execute(
+        select(
+            sample_chunks.c.series_id,
+            sample_chunks.c.start_ts,
+            sample_chunks.c.end_ts,
+            sample_chunks.c.ts_blob,
+            sample_chunks.c.values_blob,
+        ).where(
+            sample_chunks.c.series_id.in_(batch),
+            sample_chunks.c.start_ts >= start,
+            sample_chunks.c.start_ts < stop,
+        )
+    )
+    return {(row[0], row[1]): _Stored(row[2], *decode_chunk(row[3], row[4])) for row in rows}
+
+
+def _chunk_rows(
+    ids: Any,
+    micros: Any,
+    values: Any,
+    width: timedelta,
+    existing: dict[tuple[int, datetime], _Stored],
+) -> tuple[list[dict[str, Any]], int]:
+    """Chunk rows for raw samples sorted by (series_id, ts), merged into ``existing`` chunks;
+    and how many raw samples went into an existing chunk.
+
+    A sample inside a stored chunk goes into it even if that chunk has another width (the
+    span setting changed since); a new span starting where a narrower stored chunk starts
+    takes it in, the chunk's end moving out to the span's."""
+    width_us = width // timedelta(microseconds=1)
+    spans = micros - micros % width_us
+    for (series_id, chunk_start), chunk in existing.items():
+        low, high = to_micros(chunk_start), to_micros(chunk.end)
+        spans[(ids == series_id) & (micros >= low) & (micros < high)] = low
+    edges = np.flatnonzero((np.diff(ids) != 0) | (np.diff(spans) != 0)) + 1
+    starts = np.concatenate(([0], edges)).tolist()
+    stops = np.concatenate((edges, [len(ids)])).tolist()
+    rows: list[dict[str, Any]] = []
+    late = 0
+    for begin, end in zip(starts, stops, strict=True):
+        series_id, span_us = int(ids[begin]), int(spans[begin])
+        span_start, span_end = from_micros(span_us), from_micros(span_us + width_us)
+        ts_part, value_part = micros[begin:end], values[begin:end]
+        stored = existing.get((series_id, span_start))
+        if stored is not None:
+            late += end - begin
+            span_end = max(span_end, stored.end)
+            ts_part, value_part = _merged((stored.times, stored.values), (ts_part, value_part))
+        ts_blob, values_blob = encode_chunk(ts_part, value_part)
+        rows.append(
+            {
+                "series_id": series_id,
+                "start_ts": span_start,
+                "end_ts": span_end,
+                "sample_count": len(ts_part),
+                "ts_blob": ts_blob,
+                "values_blob": values_blob,
+            }
+        )
+    return rows, late
+
+
+def _merged(first: tuple[Any, Any], then: tuple[Any, Any]) -> tuple[Any, Any]:
+    """Both sample sets in time order; on an equal timestamp ``first``'s value stays."""
+    times = np.concatenate((first[0], then[0]))
+    values = np.concatenate((first[1], then[1]))
+    order = np.argsort(times, kind="stable")
+    times, values = times[order], values[order]
+    keep = np.concatenate(([True], np.diff(times) != 0))
+    return times[keep], values[keep]
+
+
+def _floor(value: datetime, width: timedelta) -> datetime:
+    width_us = width // timedelta(microseconds=1)
+    return from_micros(to_micros(value) // width_us * width_us)
+
+
+def _end(connection: Connection) -> None:
+    # Reads between units end their implicit transaction, so no snapshot is held across units.
+    if connection.in_transaction():
+        connection.commit()

@@ -1,0 +1,253 @@
+"""The samples a read sees: raw rows of ``samples`` and the decoded rows of ``sample_chunks``.
+
+Every read of samples takes its table from :func:`sample_rows`. When no compacted chunk of the
+series read overlaps the range (the common case: the tuner, actuators and alerts read the hot
+window, which is never compacted) it is ``samples`` itself, so the statement is exactly the one
+the store ran before chunks existed; the price is one probe of the chunks' primary key. When
+chunks overlap, they are decoded here (pcodec has no SQL decoder) into a per-connection
+temporary table, ``COPY`` on PostgreSQL and one ``executemany`` on SQLite, and the read selects
+``raw UNION ALL decoded`` with the columns (series_id, ts, value) of ``samples``. A raw row
+whose (series_id, ts) a chunk already holds is a late duplicate, which ``ON CONFLICT DO
+NOTHING`` would have dropped: the chunk's value, stored first, is the one seen.
+
+The temporary table is emptied before every fill (not at commit: a read on an autocommit
+connection runs its fill and its select in transactions of their own), so use one source per
+statement (a read that needs several time ranges passes them all in one call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    ColumnElement,
+    Connection,
+    Float,
+    FromClause,
+    MetaData,
+    PrimaryKeyConstraint,
+    Select,
+    Table,
+    and_,
+    delete,
+    exists,
+    false,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    union_all,
+)
+
+from tuneloop.storage.models import sample_chunks, samples
+from tuneloop.storage.timeseries.chunk_codec import decode_chunk
+from tuneloop.storage.timeseries.samples_postgres import copy_arrays
+from tuneloop.storage.timeseries.samples_sqlite import insert_arrays
+from tuneloop.storage.types import UTCDateTime, from_micros, to_micros
+
+MAX_CHUNK_SPAN = timedelta(days=1)
+"""No chunk is wider: bounds the probe of the chunks' (series_id, start_ts) key."""
+
+TimeRange = tuple[datetime | None, datetime | None]
+"""Inclusive bounds of a read, either open when ``None``; the read applies its exact bounds."""
+
+Ids = Select[Any] | Sequence[int]
+
+_HAS_CHUNKS = "tuneloop.sample_chunks"
+_TEMP_NAME = "tl_chunk_samples"
+_temp = Table(
+    _TEMP_NAME,
+    MetaData(),
+    Column("series_id", BigInteger, nullable=False),
+    Column("ts", UTCDateTime(), nullable=False),
+    Column("value", Float(precision=53), nullable=False),
+    PrimaryKeyConstraint("series_id", "ts"),
+    prefixes=["TEMPORARY"],
+)
+_SQLITE_INSERT = "INSERT INTO tl_chunk_samples (series_id, ts, value) VALUES (?, ?, ?)"
+_CREATE = {
+    "postgresql": f"CREATE TEMPORARY TABLE IF NOT EXISTS {_TEMP_NAME} (series_id int8 NOT NULL,"
+    " ts timestamptz NOT NULL, value float8 NOT NULL, PRIMARY KEY (series_id, ts))",
+    "sqlite": f"CREATE TEMPORARY TABLE IF NOT EXISTS {_TEMP_NAME} (series_id INTEGER NOT NULL,"
+    " ts INTEGER NOT NULL, value REAL NOT NULL, PRIMARY KEY (series_id, ts))",
+}
+
+
+def sample_rows(
+    connection: Connection, ids: Ids, ranges: Sequence[TimeRange], *, presence_only: bool = False
+) -> FromClause:
+    """A selectable with the columns of ``samples`` holding every sample of the series ``ids``
+    selects within ``ranges``: ``samples`` itself unless a chunk overlaps them.
+
+    ``presence_only``: the read only asks whether a series has a sample in the range (one
+    range), so a chunk wholly inside it stands for its samples as one row at its start, value
+    0, without being decoded; only the chunks at the range's edges are."""
+    if not has_chunks_table(connection):
+        return samples
+    wanted = [sample_chunks.c.series_id.in_(ids), overlapping(ranges)]
+    if presence_only:
+        if len(ranges) != 1:
+            raise ValueError("presence_only reads take one range")
+        inside = _inside(ranges[0])
+        if (
+            connection.execute(select(sample_chunks.c.series_id).where(*wanted).limit(1)).first()
+            is None
+        ):
+            return samples
+        wanted.append(~inside)
+    chunks = connection.execute(
+        select(
+            sample_chunks.c.series_id,
+            sample_chunks.c.ts_blob,
+            sample_chunks.c.values_blob,
+        ).where(*wanted)
+    ).all()
+    if not chunks and not presence_only:
+        return samples
+    _fill(connection, chunks, ranges)
+    duplicate = exists().where(_temp.c.series_id == samples.c.series_id, _temp.c.ts == samples.c.ts)
+    raw = select(samples.c.series_id, samples.c.ts, samples.c.value).where(
+        samples.c.series_id.in_(ids), _within(samples.c.ts, ranges), ~duplicate
+    )
+    branches = [raw, select(_temp.c.series_id, _temp.c.ts, _temp.c.value)]
+    if presence_only:
+        whole = select(
+            sample_chunks.c.series_id,
+            sample_chunks.c.start_ts,
+            literal(0.0, Float(precision=53)),
+        ).where(sample_chunks.c.series_id.in_(ids), overlapping(ranges), inside)
+        branches.append(whole)
+    return union_all(*branches).subquery("chunked_samples")
+
+
+def has_chunks_table(connection: Connection) -> bool:
+    """Whether the store is at migration 0013 or later. Remembered per database connection
+    once true, so only a store not migrated yet (a process started before ``tuneloop db
+    upgrade``, or a test at an older revision) pays a catalog lookup per read: such a store
+    holds no chunks, and its reads stay those of before."""
+    info = connection.connection.info
+    if info.get(_HAS_CHUNKS):
+        return True
+    if connection.dialect.name == "postgresql":
+        found = connection.execute(text("SELECT to_regclass('sample_chunks') IS NOT NULL"))
+    else:
+        found = connection.execute(
+            text("SELECT count(*) > 0 FROM sqlite_master WHERE name = 'sample_chunks'")
+        )
+    info[_HAS_CHUNKS] = bool(found.scalar())
+    return bool(info[_HAS_CHUNKS])
+
+
+def compacted_inside(connection: Connection, ids: Ids, bounds: TimeRange) -> int:
+    """Samples held by the chunks of ``ids`` that lie wholly inside the inclusive ``bounds``:
+    a lower bound of what a read of the range finds, summed from the chunks' counts."""
+    if not has_chunks_table(connection):
+        return 0
+    total = connection.execute(
+        select(func.coalesce(func.sum(sample_chunks.c.sample_count), 0)).where(
+            sample_chunks.c.series_id.in_(ids), overlapping([bounds]), _inside(bounds)
+        )
+    ).scalar_one()
+    return int(total)
+
+
+def _inside(bounds: TimeRange) -> ColumnElement[bool]:
+    """Chunks whose whole span lies in the inclusive ``bounds``."""
+    start, end = bounds
+    parts = [sample_chunks.c.start_ts >= start] if start is not None else []
+    if end is not None:
+        parts.append(sample_chunks.c.end_ts <= end)
+    return and_(*parts) if parts else sample_chunks.c.start_ts.is_not(None)
+
+
+def newest_in_chunks(
+    connection: Connection, ids: Ids, since: datetime | None
+) -> dict[int, tuple[datetime, float]]:
+    """series id -> (time, value) of the newest compacted sample at or after ``since``, for the
+    series ``ids`` selects; empty (one probe of the chunks' key) when no chunk qualifies."""
+    if not has_chunks_table(connection):
+        return {}
+    newest = select(sample_chunks.c.series_id, func.max(sample_chunks.c.start_ts).label("start"))
+    newest = newest.where(sample_chunks.c.series_id.in_(ids), overlapping([(since, None)]))
+    last = newest.group_by(sample_chunks.c.series_id).subquery("last_chunks")
+    rows = connection.execute(
+        select(
+            sample_chunks.c.series_id, sample_chunks.c.ts_blob, sample_chunks.c.values_blob
+        ).join(
+            last,
+            and_(
+                last.c.series_id == sample_chunks.c.series_id,
+                last.c.start == sample_chunks.c.start_ts,
+            ),
+        )
+    ).all()
+    found = {}
+    for series_id, ts_blob, values_blob in rows:
+        micros, values = decode_chunk(ts_blob, values_blob)
+        if len(micros) and (since is None or micros[-1] >= to_micros(since)):
+            found[int(series_id)] = (from_micros(int(micros[-1])), float(values[-1]))
+    return found
+
+
+def overlapping(ranges: Sequence[TimeRange]) -> ColumnElement[bool]:
+    """Chunks with a span that meets one of ``ranges`` (``end_ts`` is the span's exclusive end)."""
+    conditions = []
+    for start, end in ranges:
+        parts: list[ColumnElement[bool]] = []
+        if start is not None:
+            parts += [
+                sample_chunks.c.end_ts > start,
+                sample_chunks.c.start_ts > start - MAX_CHUNK_SPAN,
+            ]
+        if end is not None:
+            parts.append(sample_chunks.c.start_ts <= end)
+        conditions.append(and_(*parts) if parts else sample_chunks.c.start_ts.is_not(None))
+    return or_(*conditions) if conditions else false()
+
+
+def _within(ts: ColumnElement[Any], ranges: Sequence[TimeRange]) -> ColumnElement[bool]:
+    conditions = []
+    for start, end in ranges:
+        parts = [ts >= start] if start is not None else []
+        if end is not None:
+            parts.append(ts <= end)
+        conditions.append(and_(*parts) if parts else ts.is_not(None))
+    return or_(*conditions)
+
+
+def _fill(connection: Connection, chunks: Sequence[Any], ranges: Sequence[TimeRange]) -> None:
+    """Decode ``chunks`` into the temporary table, keeping only samples inside ``ranges``."""
+    dialect = connection.dialect.name
+    connection.execute(text(_CREATE[dialect]))
+    connection.execute(delete(_temp))
+    blocks = []
+    for series_id, ts_blob, values_blob in chunks:
+        micros, values = decode_chunk(ts_blob, values_blob)
+        keep = _mask(micros, ranges)
+        if keep.any():
+            micros, values = micros[keep], values[keep]
+            blocks.append((np.full(len(micros), series_id, dtype=np.int64), micros, values))
+    if not blocks:
+        return
+    if dialect == "postgresql":
+        copy_arrays(connection, _TEMP_NAME, blocks)
+    else:
+        insert_arrays(connection, _SQLITE_INSERT, blocks)
+
+
+def _mask(micros: Any, ranges: Sequence[TimeRange]) -> Any:
+    keep = np.zeros(len(micros), dtype=bool)
+    for start, end in ranges:
+        inside = np.ones(len(micros), dtype=bool)
+        if start is not None:
+            inside &= micros >= to_micros(start)
+        if end is not None:
+            inside &= micros <= to_micros(end)
+        keep |= inside
+    return keep
