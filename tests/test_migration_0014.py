@@ -1,5 +1,5 @@
 """Migration 0014 adds the knobs an agent declares and the host of each rank it speaks for to
-``job_agents``: a registration written at revision 0012 reads back with neither (empty), one
+``job_agents``: a registration written at revision 0013 reads back with neither (empty), one
 written after has both, and the downgrade removes them; on real SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ KNOB = {"type": "int", "low": 0, "high": 8, "log": False, "powers_of_two": False
 @pytest.mark.parametrize("empty_database_url", BOTH, indirect=True)
 def test_agent_knobs_and_rank_hosts_up_and_down(empty_database_url: str) -> None:
     url = empty_database_url
-    migrate.upgrade(url, "0012")
+    migrate.upgrade(url, "0013")
     engine = make_engine(url)
     try:
         project = make_project(engine)
@@ -62,7 +62,7 @@ def test_agent_knobs_and_rank_hosts_up_and_down(empty_database_url: str) -> None
             assert new.rank_hosts == {"0": "node-1", "1": "node-2"}
             assert job_agents.latest_agent(session, job) is new
         engine.dispose()
-        migrate.downgrade(url, "0012")
+        migrate.downgrade(url, "0013")
         engine = make_engine(url)
         with engine.connect() as connection:
             columns = {c["name"] for c in inspect(connection).get_columns("job_agents")}

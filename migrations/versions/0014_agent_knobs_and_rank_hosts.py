@@ -3,7 +3,7 @@ and the host of each rank it speaks for, so that a rank without a GPU (a CPU ran
 host when the diagnosis names it as a straggler.
 
 Revision ID: 0014
-Revises: 0012
+Revises: 0013
 Create Date: 2026-11-25 17:00:00
 """
 
@@ -18,8 +18,7 @@ from sqlalchemy.dialects import postgresql
 JSON_ = sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql")
 
 revision: str = "0014"
-# 0013 is being written on another branch; whoever merges second points this at it.
-down_revision: str | Sequence[str] | None = "0012"
+down_revision: str | Sequence[str] | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
