@@ -58,6 +58,7 @@ PURE_TUNER_MODULES = (
     "tuner.measurement",
     "tuner.memory",
     "tuner.study_options",
+    "tuner.knobs",
     "tuneloop.window_stats",
     "actuators.policy",
     "actuators.policy_config",

@@ -36,6 +36,8 @@ class RankGpus:
 
     rank: int
     gpu_uuids: Sequence[str] = ()
+    host: str | None = None
+    """The rank's own host; ``None``: the registering agent's."""
 
 
 def validate_ranks(ranks: Sequence[RankGpus], world_size: int) -> None:
@@ -50,6 +52,8 @@ def validate_ranks(ranks: Sequence[RankGpus], world_size: int) -> None:
         if entry.rank in seen:
             raise InvalidInput(f"rank {entry.rank} is listed twice")
         seen.add(entry.rank)
+        if entry.host is not None and not HOST_RE.fullmatch(entry.host):
+            raise InvalidInput(f"rank {entry.rank}: invalid host name {entry.host!r}")
         if len(entry.gpu_uuids) > MAX_GPUS_PER_RANK:
             raise InvalidInput(f"rank {entry.rank}: at most {MAX_GPUS_PER_RANK} GPUs")
         for uuid in entry.gpu_uuids:
@@ -69,23 +73,37 @@ def register_agent(
     ranks: Sequence[RankGpus],
     pid: int | None = None,
     details: Mapping[str, Any] | None = None,
+    knobs: Mapping[str, Mapping[str, Any]] | None = None,
     actor: str | None = None,
 ) -> JobAgent:
-    """Record a job's agent and the GPUs of its ranks. A job restarted on other GPUs
-    registers again; earlier registrations stay, for attributing past metrics. With
-    ``actor`` the audit log says who registered it."""
+    """Record a job's agent, the host and GPUs of its ranks and the knobs the job declares
+    (name -> declaration, validated by the caller: ``tuner.knobs.parse_knobs``). A job
+    restarted on other GPUs registers again; earlier registrations stay, for attributing past
+    metrics. With ``actor`` the audit log says who registered it."""
     if not HOST_RE.fullmatch(host):
         raise InvalidInput(f"invalid host name {host!r}")
     validate_ranks(ranks, world_size)
     agent = JobAgent(
-        job_id=job.id, host=host, pid=pid, world_size=world_size, details=dict(details or {})
+        job_id=job.id,
+        host=host,
+        pid=pid,
+        world_size=world_size,
+        details=dict(details or {}),
+        knobs={name: dict(declared) for name, declared in (knobs or {}).items()},
+        rank_hosts={str(r.rank): r.host or host for r in ranks},
     )
     session.add(agent)
     session.flush()
     for entry in ranks:
         for uuid in dict.fromkeys(entry.gpu_uuids):
             session.add(
-                JobGpu(agent_id=agent.id, job_id=job.id, rank=entry.rank, host=host, gpu_uuid=uuid)
+                JobGpu(
+                    agent_id=agent.id,
+                    job_id=job.id,
+                    rank=entry.rank,
+                    host=entry.host or host,
+                    gpu_uuid=uuid,
+                )
             )
     session.flush()
     if actor is not None:
@@ -94,8 +112,12 @@ def register_agent(
             "host": host,
             "pid": pid,
             "world_size": world_size,
-            "ranks": [{"rank": r.rank, "gpu_uuids": list(r.gpu_uuids)} for r in ranks],
+            "ranks": [
+                {"rank": r.rank, "gpu_uuids": list(r.gpu_uuids), "host": r.host or host}
+                for r in ranks
+            ],
             "details": dict(details or {}),
+            "knobs": dict(knobs or {}),
         }
         record_job_audit(session, actor, "job.agent.register", job, registered)
     return agent
@@ -177,6 +199,13 @@ def list_agents(session: Session, job: Job) -> list[JobAgent]:
     return list(
         session.scalars(select(JobAgent).where(JobAgent.job_id == job.id).order_by(JobAgent.id))
     )
+
+
+def latest_agent(session: Session, job: Job) -> JobAgent | None:
+    """The job's newest registration: what the job runs now declares its knobs there."""
+    return session.scalars(
+        select(JobAgent).where(JobAgent.job_id == job.id).order_by(JobAgent.id.desc()).limit(1)
+    ).first()
 
 
 def agent_gpus(session: Session, agent: JobAgent) -> list[JobGpu]:

@@ -25,7 +25,7 @@ from tuneloop.step_timing import (
     SAMPLES_PER_SECOND,
     STEP_DURATION,
 )
-from tuneloop.storage.models import Job, JobGpu
+from tuneloop.storage.models import Job, JobAgent, JobGpu
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuneloop.storage.timeseries.types import Aggregation, Matcher, MatchOp, RangeSeries
 from tuner.diagnosis import Diagnosis, GpuActivity, RankTimings, diagnose
@@ -139,19 +139,26 @@ def rank_timings(
 
 
 def rank_places(bind: Bind, job_id: int) -> dict[str, RankPlace]:
-    """The host and GPU UUIDs each rank of the job registered (the latest registration wins)."""
+    """The host and GPU UUIDs each rank of the job registered (the latest registration wins);
+    a rank without a GPU has its host all the same (``job_agents.rank_hosts``)."""
     query = select(JobGpu.rank, JobGpu.host, JobGpu.gpu_uuid).where(JobGpu.job_id == job_id)
+    agents = select(JobAgent.rank_hosts).where(JobAgent.job_id == job_id).order_by(JobAgent.id)
     if isinstance(bind, Engine):
         with bind.connect() as connection:
             rows = connection.execute(query.order_by(JobGpu.id)).all()
+            placed = connection.scalars(agents).all()
     else:
         rows = bind.execute(query.order_by(JobGpu.id)).all()
+        placed = bind.scalars(agents).all()
     hosts: dict[str, str] = {}
     gpus: dict[str, list[str]] = defaultdict(list)
     for rank, host, uuid in rows:
         hosts[str(rank)] = host
         if uuid not in gpus[str(rank)]:
             gpus[str(rank)].append(uuid)
+    # After the GPUs: registrations from before migration 0014 name no rank's host.
+    for rank_hosts in placed:
+        hosts.update({str(rank): str(host) for rank, host in (rank_hosts or {}).items()})
     return {rank: RankPlace(host, tuple(gpus[rank])) for rank, host in hosts.items()}
 
 

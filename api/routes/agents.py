@@ -45,6 +45,7 @@ from tuneloop.errors import Conflict, NotFound
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import ApiToken, Job, JobAgent
 from tuneloop.storage.types import INTEGER_MAX
+from tuner.knobs import parse_knobs, stored_knobs
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ MAX_POLL_S = 120.0
 
 
 def _agent_out(session: Session, agent: JobAgent, job: Job) -> AgentOut:
-    ranks: dict[int, list[str]] = {}
+    ranks: dict[int, list[str]] = {int(rank): [] for rank in agent.rank_hosts}
     for gpu in job_agents.agent_gpus(session, agent):
         ranks.setdefault(gpu.rank, []).append(gpu.gpu_uuid)
     released = _released_out(session, job)
@@ -68,8 +69,12 @@ def _agent_out(session: Session, agent: JobAgent, job: Job) -> AgentOut:
         host=agent.host,
         pid=agent.pid,
         world_size=agent.world_size,
-        ranks=[RankOut(rank=r, gpu_uuids=u) for r, u in sorted(ranks.items())],
+        ranks=[
+            RankOut(rank=r, gpu_uuids=u, host=agent.rank_hosts.get(str(r)))
+            for r, u in sorted(ranks.items())
+        ],
         details=agent.details,
+        knobs=[{"name": name, **declared} for name, declared in agent.knobs.items()],
         registered_at=agent.registered_at,
         last_seen_at=agent.last_seen_at,
         released=released,
@@ -95,15 +100,18 @@ def register_agent(
 ) -> AgentOut:
     """Records the host, ranks and GPU UUIDs (so GPU metrics are attributed to the job) and,
     with ``config``, adopts the job's starting config as desired version 1 when nothing was
-    released yet. ``released`` in the answer is the version the job should run."""
+    released yet. ``released`` in the answer is the version the job should run. ``knobs``
+    are refused with 422 naming the first bad declaration."""
+    knobs = stored_knobs(parse_knobs(body.knobs))
     agent = job_agents.register_agent(
         session,
         job,
         host=body.host,
         world_size=body.world_size,
-        ranks=[job_agents.RankGpus(r.rank, r.gpu_uuids) for r in body.ranks],
+        ranks=[job_agents.RankGpus(r.rank, r.gpu_uuids, r.host) for r in body.ranks],
         pid=body.pid,
         details=body.details,
+        knobs=knobs,
         actor=accounts.actor_name(token),
     )
     if body.config is not None:

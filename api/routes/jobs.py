@@ -6,7 +6,7 @@ report observed config; desired config is written by members and admins only.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
@@ -35,12 +35,15 @@ from api.schemas.jobs import (
     JobUpdate,
     ObservedIn,
 )
+from api.services.knobs import declared_knobs
 from tuneloop import accounts, job_configs, jobs
 from tuneloop.errors import InvalidInput
 from tuneloop.jobs import JobStatus
 from tuneloop.storage.models import Job
 from tuneloop.storage.types import utcnow
+from tuner.diagnosis import Diagnosis
 from tuner.diagnosis_reading import job_diagnosis
+from tuner.knobs import check_values
 
 router = APIRouter(
     prefix=f"{API_PREFIX}/projects/{{project}}/jobs", tags=["jobs"], responses=AUTH_ERRORS
@@ -138,8 +141,10 @@ def set_desired_config(
 ) -> ConfigVersionOut:
     """Stores ``config`` as desired version previous + 1 (the first is 1) and returns it.
     With ``If-Match`` or ``expected_version`` the write happens only if the latest desired
-    version is that one: 409 otherwise (someone else wrote meanwhile; read and retry)."""
+    version is that one: 409 otherwise (someone else wrote meanwhile; read and retry). A
+    value outside the range of a knob the job declared is refused with 422 naming it."""
     require_member(token, "setting a desired config")
+    check_values(declared_knobs(session, job), body.config)
     row = jobs.set_desired_config(
         session,
         job,
@@ -210,18 +215,31 @@ def read_diagnosis(
 ) -> DiagnosisOut:
     """Phase shares, a verdict with its evidence, stragglers, and the ranks whose timings were
     left out as impossible (docs/diagnosis.md). A job without step timings: ``no_data``."""
+    until = utcnow() if end is None else time_param(end, "end")
+    found = diagnose(job, runtime, session, client, window, until)
+    span = timedelta(seconds=duration_param(window, "window"))
+    return DiagnosisOut.of(job.name, until - span, until, found)
+
+
+def diagnose(
+    job: Job,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    client: ClientWatchDep,
+    window: str,
+    end: datetime | None,
+) -> Diagnosis:
+    """The job's diagnosis over ``window`` (a duration) ending at ``end`` (default: now)."""
     window_s = duration_param(window, "window")
     if not 0 < window_s <= MAX_DIAGNOSIS_WINDOW_S:
         raise InvalidInput(f"window must be between 1s and {MAX_DIAGNOSIS_WINDOW_S}s")
-    until = utcnow() if end is None else time_param(end, "end")
-    span = timedelta(seconds=window_s)
+    until = utcnow() if end is None else end
     with bounded_read(session, client) as connection:
-        found = job_diagnosis(
+        return job_diagnosis(
             runtime.series(connection),
             connection,
             job,
             end=until,
-            window=span,
+            window=timedelta(seconds=window_s),
             peak_flops=runtime.settings.peak_flops,
         )
-    return DiagnosisOut.of(job.name, until - span, until, found)

@@ -20,9 +20,19 @@ from api.deps import (
     SessionDep,
     require_member,
 )
-from api.routes.jobs import JobDep
+from api.read_limits import ClientWatchDep
+from api.routes.jobs import JobDep, diagnose
 from api.schemas.common import Page
-from api.schemas.studies import AskIn, StudyCreate, StudyOut, StudyUpdate, TellIn, TrialOut
+from api.schemas.studies import (
+    AskIn,
+    DiagnosedStudyOut,
+    StudyCreate,
+    StudyFromDiagnosisIn,
+    StudyOut,
+    StudyUpdate,
+    TellIn,
+    TrialOut,
+)
 from api.services import studies as study_service
 from tuneloop import accounts
 from tuneloop.errors import Conflict, NotFound
@@ -75,6 +85,36 @@ def create_study(
         session, job, body, actor=accounts.actor_name(token), series=runtime.remote_series
     )
     return StudyOut.of(study)
+
+
+@router.post(
+    "/from-diagnosis",
+    status_code=status.HTTP_201_CREATED,
+    summary="Create a study over the knobs the job's diagnosis points at",
+    responses={409: {"description": "The verdict points at no knob the job declared"}},
+)
+def create_study_from_diagnosis(
+    body: StudyFromDiagnosisIn,
+    job: JobDep,
+    session: SessionDep,
+    token: CurrentToken,
+    runtime: RuntimeDep,
+    client: ClientWatchDep,
+) -> DiagnosedStudyOut:
+    """Diagnoses the job over ``window`` and starts a tuner-driven study of its throughput
+    over the knobs it declared that the verdict points at (input-bound: the loader's workers
+    and prefetch; communication-bound: bucket size, gradient compression, sync period;
+    compute- or memory-bound: batch size; docs/diagnosis.md). 409 when the verdict is
+    ``no_data``, ``idle`` or ``mixed`` or the job declared none of its knobs; 422 as for any
+    study."""
+    require_member(token, "creating a study")
+    found = diagnose(job, runtime, session, client, body.window, None)
+    study, knobs = study_service.create_from_diagnosis(
+        session, job, body, found, actor=accounts.actor_name(token), series=runtime.remote_series
+    )
+    return DiagnosedStudyOut(
+        **StudyOut.of(study).model_dump(), verdict=found.verdict.value, knobs=knobs
+    )
 
 
 @router.get("", summary="A job's studies")

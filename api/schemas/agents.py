@@ -18,6 +18,12 @@ class RankIn(BaseModel):
     gpu_uuids: list[str] = Field(
         default_factory=list, examples=[["GPU-5c4ec6a1-3b2f-8e2d-7f0a-1b2c3d4e5f60"]]
     )
+    host: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="The host the rank runs on; default: the agent's",
+    )
 
 
 class AgentCreate(BaseModel):
@@ -35,11 +41,19 @@ class AgentCreate(BaseModel):
         "and good) when the job has no released version yet, so a rollback can return to it",
     )
     details: dict[str, Any] = Field(default_factory=dict, examples=[{"framework": "torch"}])
+    knobs: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The job's own knobs a study may search, applied by the agent at a step "
+        "boundary: each an int (low, high, log, powers_of_two) or a categorical (choices) "
+        "parameter with the job's default (docs/agent.md, 'Knobs')",
+        examples=[[{"name": "loader_workers", "type": "int", "low": 0, "high": 8, "default": 0}]],
+    )
 
 
 class RankOut(BaseModel):
     rank: int
     gpu_uuids: list[str]
+    host: str | None = Field(default=None, description="The host the rank runs on")
 
 
 class AgentOut(BaseModel):
@@ -50,6 +64,7 @@ class AgentOut(BaseModel):
     world_size: int
     ranks: list[RankOut]
     details: dict[str, Any]
+    knobs: list[dict[str, Any]] = Field(description="The knobs the job declared")
     registered_at: datetime
     last_seen_at: datetime
     released: ReleasedConfigOut | None = Field(

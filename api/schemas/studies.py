@@ -17,27 +17,23 @@ from tuner.trial_measurements import TrialMeasurements
 Bounds = tuple[Int64, Int64]
 
 
-class ParamIn(BaseModel):
-    """One more integer knob of the job's config, e.g. an inference server's ``max_delay_ms``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", examples=["max_delay_ms"])
-    low: Int64
-    high: Int64
-    log: bool = Field(default=False, description="Search on a log scale (low >= 1)")
-    powers_of_two: bool = Field(default=False, description="Only powers of two (low >= 1)")
-
-
 class SpaceIn(BaseModel):
-    """The standard training space (``SearchSpace.training``) and any further integer knobs
-    (``params``); a space of ``params`` alone (no ``batch_size``, no learning-rate rule) tunes
-    a service's own knobs. Bounds are inclusive."""
+    """The standard training space (``SearchSpace.training``) and the job's own declared knobs;
+    bounds are inclusive."""
 
     model_config = ConfigDict(extra="forbid")
 
     batch_size: Bounds | None = Field(
-        default=None, description="Per-device batch size [low, high]; needed unless params"
+        default=None,
+        description="Per-device batch size [low, high]; without it the space has no "
+        "learning-rate rule and needs knobs",
+    )
+    knobs: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Knobs the job's agent declared, each searched over its declared range "
+        "or choices (docs/agent.md, 'Knobs')",
+        examples=[["loader_workers", "prefetch_factor"]],
     )
     sync_period: Bounds | None = Field(
         default=None, description="Micro-steps between gradient synchronisations [low, high]"
@@ -56,12 +52,6 @@ class SpaceIn(BaseModel):
         default=None, le=INTEGER_MAX, description="Global batch of base_lr (M0)"
     )
     sync_mode: Literal["accumulate", "local_sgd"] = "accumulate"
-    params: list[ParamIn] = Field(
-        default_factory=list,
-        max_length=16,
-        description="Further integer knobs, by name, as the job's config names them",
-        examples=[[{"name": "max_delay_ms", "low": 1, "high": 64, "log": True}]],
-    )
 
 
 class MemoryIn(BaseModel):
@@ -126,6 +116,27 @@ class StudyCreate(BaseModel):
     )
 
 
+class StudyFromDiagnosisIn(BaseModel):
+    """A study over the knobs the job's diagnosis points at (docs/diagnosis.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="Default: diagnosis-<verdict>-<time>",
+    )
+    window: str = Field(default="5m", description="The diagnosis window, e.g. 5m, 300")
+    strategy: str = Field(default="bayesian", description="bayesian, bandit, grid or random")
+    seed: int | None = Field(default=None, ge=0, le=INTEGER_MAX)
+    strategy_options: dict[str, Any] = Field(default_factory=dict)
+    measurement: dict[str, Int64 | float] = Field(default_factory=dict)
+    max_trials: int | None = Field(default=None, ge=1, le=INTEGER_MAX)
+    ack_timeout_s: float = Field(default=DEFAULT_ACK_TIMEOUT_S, gt=0)
+    warm_start: bool = True
+
+
 class StudyOut(BaseModel):
     id: int
     job_id: int
@@ -172,6 +183,13 @@ class StudyOut(BaseModel):
             ended_at=study.ended_at,
             outcome_version=study.outcome_version,
         )
+
+
+class DiagnosedStudyOut(StudyOut):
+    """A study started from a diagnosis, with the verdict that chose its knobs."""
+
+    verdict: str = Field(description="The job's diagnosis when the study was created")
+    knobs: list[str] = Field(description="The knobs the verdict points at that the job declared")
 
 
 class TrialOut(BaseModel):

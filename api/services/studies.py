@@ -6,13 +6,17 @@ from dataclasses import replace
 
 from sqlalchemy.orm import Session
 
-from api.schemas.studies import SpaceIn, StudyCreate
+from api.schemas.studies import SpaceIn, StudyCreate, StudyFromDiagnosisIn
+from api.services.knobs import declared_knobs
 from tuneloop import job_agents
 from tuneloop.storage.models import Job, Study
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
+from tuneloop.storage.types import utcnow
 from tuner import service
+from tuner.diagnosis import Diagnosis
+from tuner.knobs import Knob, diagnosis_space
 from tuner.objectives import default_objective
-from tuner.space import IntParam, SearchSpace, SpaceError, power_limit_param
+from tuner.space import SearchSpace, SpaceError, power_limit_param
 from tuner.study_options import MemoryPolicy, StudyOptions, measurement_policy
 
 
@@ -29,7 +33,7 @@ def create_study(
     Raises :mod:`tuneloop.errors` kinds with one-line reasons (invalid input, among them a
     loop-driven study of a job no agent is serving; a conflict for a taken name)."""
     objective = body.objective or default_objective(job.kind).name
-    space = search_space(body.space)
+    space = _space(body.space, declared_knobs(session, job))
     options = StudyOptions(
         strategy_options=body.strategy_options,
         measurement=measurement_policy(body.measurement),
@@ -42,6 +46,23 @@ def create_study(
         objective_expr=body.objective_expr,
         throughput_floor=body.throughput_floor,
     )
+    return _create(
+        session, job, body.name, objective, space, body, options, actor=actor, series=series
+    )
+
+
+def _create(
+    session: Session,
+    job: Job,
+    name: str,
+    objective: str,
+    space: SearchSpace,
+    body: StudyCreate | StudyFromDiagnosisIn,
+    options: StudyOptions,
+    *,
+    actor: str,
+    series: TimeSeriesBackend | None,
+) -> Study:
     ranks_seen = service.require_step_timing(session, job, objective, series)
     if options.driven_by == "tuner":
         job_agents.require_live_agent(session, job, options.ack_timeout_s)
@@ -50,11 +71,11 @@ def create_study(
     return service.create_study(
         session,
         job,
-        name=body.name,
+        name=name,
         objective=objective,
         space=space,
         strategy=body.strategy,
-        direction=body.direction,
+        direction=getattr(body, "direction", None),
         seed=body.seed,
         options=options,
         warm_start=body.warm_start,
@@ -62,26 +83,54 @@ def create_study(
     )
 
 
-def search_space(body: SpaceIn) -> SearchSpace:
-    """The training space with ``params`` (and the power limit) added, or, without
-    ``batch_size``, a space of those alone (a service's knobs: no learning rate travels with
-    them)."""
-    extra = [IntParam(p.name, p.low, p.high, p.log, p.powers_of_two) for p in body.params]
+def create_from_diagnosis(
+    session: Session,
+    job: Job,
+    body: StudyFromDiagnosisIn,
+    found: Diagnosis,
+    *,
+    actor: str,
+    series: TimeSeriesBackend | None = None,
+) -> tuple[Study, list[str]]:
+    """A tuner-driven study of ``job``'s throughput over the declared knobs its diagnosis
+    ``found`` points at (:data:`tuner.knobs.VERDICT_KNOBS`); a conflict naming the verdict when
+    it points at none the job declared. Returns the study and its knobs."""
+    space = diagnosis_space(found.verdict, declared_knobs(session, job))
+    name = body.name or f"diagnosis-{found.verdict.value}-{utcnow():%Y%m%dT%H%M%S}"
+    options = StudyOptions(
+        strategy_options=body.strategy_options,
+        measurement=measurement_policy(body.measurement),
+        driven_by="tuner",
+        max_trials=body.max_trials,
+        ack_timeout_s=body.ack_timeout_s,
+        memory=MemoryPolicy(),
+    )
+    # Throughput, not goodput: a loader or interconnect knob leaves the batch (and with it the
+    # statistical efficiency) as it is.
+    study = _create(
+        session, job, name, "throughput", space, body, options, actor=actor, series=series
+    )
+    return study, list(space.names)
+
+
+def _space(body: SpaceIn, declared: list[Knob]) -> SearchSpace:
+    """The study's space: the standard training parameters (with ``batch_size``) and the
+    declared knobs it names, each over its declared range."""
+    by_name = {k.name: k for k in declared}
+    unknown = [name for name in body.knobs if name not in by_name]
+    if unknown:
+        raise SpaceError(
+            f"space.knobs: the job declared no knob {unknown[0]!r} (declared: "
+            f"{sorted(by_name) or 'none'}; a job declares its knobs through its agent, "
+            "docs/agent.md)"
+        )
+    knobs = [by_name[name].param for name in dict.fromkeys(body.knobs)]
     if body.power_limit_w:
-        extra.append(power_limit_param(*body.power_limit_w))
+        knobs.insert(0, power_limit_param(*body.power_limit_w))
     if body.batch_size is None:
-        training = [
-            name
-            for name in ("sync_period", "bucket_mb", "base_lr", "base_batch")
-            if getattr(body, name) is not None
-        ]
-        if "lr_scaling" in body.model_fields_set and body.lr_scaling is not None:
-            training.append("lr_scaling")
-        if training:
-            raise SpaceError(f"{', '.join(training)} need(s) batch_size in the space")
-        if not extra:
-            raise SpaceError("the space needs batch_size or at least one of params")
-        return SearchSpace(tuple(extra))
+        if body.sync_period is not None or body.bucket_mb is not None:
+            raise SpaceError("space.sync_period and space.bucket_mb need space.batch_size")
+        return SearchSpace(tuple(knobs), None)
     return SearchSpace.training(
         batch_size=body.batch_size,
         sync_period=body.sync_period,
@@ -92,5 +141,5 @@ def search_space(body: SpaceIn) -> SearchSpace:
         base_lr=body.base_lr,
         base_batch=body.base_batch,
         sync_mode=body.sync_mode,
-        extra=extra,
+        extra=knobs,
     )

@@ -62,9 +62,10 @@ def test_registration_records_gpus_for_attribution(
 ) -> None:
     agent = register(client, heads["agent"], details={"framework": "torch"})
     assert agent["ranks"] == [
-        {"rank": 0, "gpu_uuids": [GPU0]},
-        {"rank": 1, "gpu_uuids": [GPU1]},
+        {"rank": 0, "gpu_uuids": [GPU0], "host": "gpu-node-7"},
+        {"rank": 1, "gpu_uuids": [GPU1], "host": "gpu-node-7"},
     ]
+    assert agent["knobs"] == []
     assert agent["released"] is None
     listed = client.get(f"{JOB}/agents", headers=heads["member"]).json()
     assert [a["id"] for a in listed] == [agent["id"]]

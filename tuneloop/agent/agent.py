@@ -21,6 +21,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, SupportsFloat
 
 from tuneloop.agent.client import ControlPlaneClient, RankInfo, Released
+from tuneloop.agent.knobs import Knob, check_unique
 from tuneloop.agent.noise import GradientNoiseScale
 from tuneloop.agent.power import POWER_LIMIT_KEY, GpuPowerLimit, PowerLimitRefused
 from tuneloop.agent.subscription import ConfigSubscription
@@ -119,13 +120,17 @@ class Agent:
         ranks: Sequence[RankInfo] | None = None,
         *,
         details: Mapping[str, Any] | None = None,
+        knobs: Sequence[Knob] = (),
     ) -> None:
         """Start with the job's own ``config``; with a power limit, its ``power_limit_w`` is set
         (one refused is dropped from the config, logged), and the limit the GPUs run at added
-        when it sets none. On rank 0: register (with
-        ``ranks``, every rank's GPUs; default: ranks without GPUs) and subscribe, in the
-        background, so an unreachable control plane never holds the job up."""
-        self.config = dict(config)
+        when it sets none. A knob missing from ``config`` starts at its default. On rank 0:
+        register (with ``ranks``, every rank's host and GPUs; default: ranks on this host
+        without GPUs, and ``knobs``, the job's own settings a study may search) and subscribe,
+        in the background, so an unreachable control plane never holds the job up."""
+        check_unique(knobs)
+        self.config = {**{k.name: k.default for k in knobs}, **dict(config)}
+        declarations = [k.declaration() for k in knobs]
         power_details = self._start_power()
         found = set(power_details.get(POWER_LIMIT_KEY, {}).get("found_w", ()))
         if self.config.get(POWER_LIMIT_KEY) is not None:
@@ -155,6 +160,7 @@ class Agent:
                 config=self.config,
                 pid=os.getpid(),
                 details={"sdk": "tuneloop.agent", **power_details, **(details or {})},
+                knobs=declarations,
             )
 
         self._subscription = ConfigSubscription(

@@ -31,10 +31,12 @@ class Released:
 
 @dataclass(frozen=True, slots=True)
 class RankInfo:
-    """One rank of the job and the UUIDs of its GPUs (none on a CPU job)."""
+    """One rank of the job, the UUIDs of its GPUs (none on a CPU job) and its host (``None``:
+    the registering process's)."""
 
     rank: int
     gpu_uuids: Sequence[str] = field(default_factory=tuple)
+    host: str | None = None
 
 
 class ControlPlaneClient:
@@ -101,15 +103,18 @@ class ControlPlaneClient:
         config: Mapping[str, Any] | None,
         pid: int | None = None,
         details: Mapping[str, Any] | None = None,
+        knobs: Sequence[Mapping[str, Any]] = (),
     ) -> tuple[int, Released | None]:
-        """Register; returns the agent id and the version the job should run, if any."""
+        """Register; returns the agent id and the version the job should run, if any.
+        ``knobs``: the job's knob declarations (:meth:`tuneloop.agent.knobs.Knob.declaration`)."""
         body = {
             "host": host,
             "pid": pid,
             "world_size": world_size,
-            "ranks": [{"rank": r.rank, "gpu_uuids": list(r.gpu_uuids)} for r in ranks],
+            "ranks": [_rank(r) for r in ranks],
             "config": dict(config) if config is not None else None,
             "details": dict(details or {}),
+            "knobs": [dict(k) for k in knobs],
         }
         data = self._check(self._http.post(f"{self._base}/agents", json=body))
         released = data.get("released")
@@ -150,3 +155,10 @@ class ControlPlaneClient:
 
 def _released(data: Mapping[str, Any]) -> Released:
     return Released(int(data["version"]), dict(data["config"]))
+
+
+def _rank(rank: RankInfo) -> dict[str, Any]:
+    body: dict[str, Any] = {"rank": rank.rank, "gpu_uuids": list(rank.gpu_uuids)}
+    if rank.host is not None:
+        body["host"] = rank.host
+    return body

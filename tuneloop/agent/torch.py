@@ -38,7 +38,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import socket
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, SupportsFloat
@@ -47,11 +48,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch._C._distributed_c10d import GradBucket  # what dist.GradBucket is
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from tuneloop.agent.agent import Agent
 from tuneloop.agent.client import RankInfo
+from tuneloop.agent.knobs import BUCKET_MB, GRAD_COMPRESSION, Knob, KnobError, check_unique
 from tuneloop.agent.power import PowerLimitRefused
+from tuneloop.agent.torch_loader import LoaderSettings as LoaderSettings
 from tuneloop.learning_rate import (
     LR_SCALINGS,
     SYNC_MODES,
@@ -70,26 +74,37 @@ class ConfigError(ValueError):
 
 @dataclass
 class _NoiseState:
-    """Shared with the DDP communication hook: squared gradient norms of one update."""
+    """Shared with the DDP communication hook: squared gradient norms of one update, and
+    whether gradients travel compressed (the ``grad_compression`` knob)."""
 
     world: int
     active: bool = False
     local_sq: float = 0.0
     global_sq: float = 0.0
+    compress: bool = False
 
 
 def _noise_hook(state: _NoiseState, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """All-reduce (mean) a gradient bucket as DDP does, recording this rank's local squared
-    norm before and the averaged one after, when the step measures the noise scale."""
+    """All-reduce (mean) a gradient bucket as DDP does (in fp16 with compression on:
+    ``fp16_compress_hook``), recording this rank's local squared norm before and the averaged
+    one after, when the step measures the noise scale."""
     buffer: torch.Tensor = bucket.buffer()
     if state.active:
         state.local_sq += float(buffer.pow(2).sum())
-    work = dist.all_reduce(buffer, async_op=True)
-    assert work is not None
-    future: torch.futures.Future[Any] = work.get_future()
+    if state.compress:
+        future: torch.futures.Future[Any] = default_hooks.fp16_compress_hook(
+            None,  # type: ignore[arg-type]  # None: the default group, as DDP passes it
+            bucket,
+        )
+    else:
+        work = dist.all_reduce(buffer, async_op=True)
+        assert work is not None
+        future = work.get_future()
 
     def averaged(done: torch.futures.Future[Any]) -> torch.Tensor:
-        result: torch.Tensor = done.value()[0].div_(state.world)
+        value = done.value()
+        # The compression hook hands back the averaged buffer; all_reduce a list of sums.
+        result: torch.Tensor = value if state.compress else value[0].div_(state.world)
         if state.active:
             state.global_sq += float(result.pow(2).sum())
         return result
@@ -133,6 +148,9 @@ class TunedTraining:
         noise_every: int = 10,
         tokens_per_sample: int | None = None,
         group: Any = None,
+        knobs: Sequence[Knob] = (),
+        bucket_mb: tuple[int, int] | None = None,
+        grad_compression: bool | None = None,
     ) -> None:
         """``make_loader(batch_size)`` returns this rank's batches (re-created for a new batch
         size, and at the end of each pass). ``config`` is the starting one: ``batch_size``
@@ -143,7 +161,16 @@ class TunedTraining:
         optimizer step sees with ``sync_period`` > 1 (``"local_sgd"`` when the loop steps the
         optimizer on every micro-batch and averages the models after ``sync_period``).
         ``noise_every``: measure the gradient noise scale every this many steps (0: never).
-        ``tokens_per_sample``: a sample's tokens (the sequence length), to report tokens."""
+        ``tokens_per_sample``: a sample's tokens (the sequence length), to report tokens.
+
+        ``knobs``: the job's own settings a study may search (:mod:`tuneloop.agent.knobs`,
+        e.g. :meth:`tuneloop.agent.torch_loader.LoaderSettings.knobs`), declared when the agent
+        registers and applied here at a step boundary. Two DDP knobs are built in:
+        ``bucket_mb=(low, high)`` declares ``bucket_mb`` (the all-reduce bucket size; a new
+        value re-wraps the module in a new ``DistributedDataParallel`` on every rank at the
+        step boundary, so use :attr:`model`, not the wrapper you passed, in the step) and
+        ``grad_compression=False`` (or ``True``: the starting value) declares
+        ``grad_compression`` (gradients all-reduced in fp16, ``fp16_compress_hook``)."""
         if check_every < 1:
             raise ValueError(f"check_every must be >= 1, got {check_every}")
         if lr_scaling is not None and lr_scaling not in LR_SCALINGS:
@@ -171,24 +198,78 @@ class TunedTraining:
         self.batch_size = 0
         self.sync_period = 1
         self.version = 0
-        self._apply(dict(config))
+        ddp = isinstance(model, DistributedDataParallel) and self.world_size > 1
         self._noise: _NoiseState | None = None
-        if noise_every > 0 and isinstance(model, DistributedDataParallel) and self.world_size > 1:
-            self._noise = _NoiseState(world=self.world_size)
+        if ddp and (noise_every > 0 or grad_compression is not None):
+            assert isinstance(model, DistributedDataParallel)
+            self._noise = _NoiseState(world=self.world_size, compress=bool(grad_compression))
             model.register_comm_hook(self._noise, _noise_hook)
+        self._knobs = check_unique([*knobs, *self._ddp_knobs(ddp, bucket_mb, grad_compression)])
+        self.knob_values: dict[str, Any] = {k.name: k.default for k in self._knobs.values()}
+        """The value each knob runs with now."""
+        self._apply({**self.knob_values, **dict(config)})
         self._start_agent()
 
     # ------------------------------------------------------------------ config
 
+    def _ddp_knobs(
+        self, ddp: bool, bucket_mb: tuple[int, int] | None, compression: bool | None
+    ) -> list[Knob]:
+        if not ddp and (bucket_mb is not None or compression is not None):
+            raise ValueError("bucket_mb and grad_compression need a multi-rank DDP model")
+        knobs = []
+        if bucket_mb is not None:
+            assert isinstance(self.model, DistributedDataParallel)
+            # DDP keeps its bucket cap in bytes; the knob speaks MB, as bucket_cap_mb does.
+            current = round(self.model.bucket_bytes_cap / (1024 * 1024))
+            knobs.append(
+                Knob.integer(BUCKET_MB, *bucket_mb, default=current, apply=self._rewrap, log=True)
+            )
+        if compression is not None:
+            knobs.append(
+                Knob.choice(
+                    GRAD_COMPRESSION, (False, True), default=compression, apply=self._compress
+                )
+            )
+        return knobs
+
+    def _compress(self, on: bool) -> None:
+        assert self._noise is not None
+        self._noise.compress = on
+
+    def _rewrap(self, bucket_mb: int) -> None:
+        """A new DDP wrapper with ``bucket_mb``: collective (every rank builds it at the same
+        step boundary, when no gradient is in flight and no ``no_sync`` is open); the module,
+        its parameters and so the optimizer stay the same."""
+        old = self.model
+        assert isinstance(old, DistributedDataParallel)
+        self.model = DistributedDataParallel(
+            old.module,
+            device_ids=old.device_ids,
+            output_device=old.output_device,
+            broadcast_buffers=old.broadcast_buffers,
+            process_group=old.process_group,
+            bucket_cap_mb=bucket_mb,
+            find_unused_parameters=old.find_unused_parameters,
+            gradient_as_bucket_view=old.gradient_as_bucket_view,
+        )
+        if self._noise is not None:
+            self.model.register_comm_hook(self._noise, _noise_hook)
+
     def _start_agent(self) -> None:
-        uuids = gpu_uuid()
+        place = (gpu_uuid(), socket.gethostname())
         if self._distributed:
             gathered: list[Any] = [None] * self.world_size
-            dist.all_gather_object(gathered, uuids, group=self._group)
+            dist.all_gather_object(gathered, place, group=self._group)
         else:
-            gathered = [uuids]
-        ranks = [RankInfo(rank, tuple(u)) for rank, u in enumerate(gathered)]
-        self.agent.start(self.config, ranks, details={"framework": f"torch {torch.__version__}"})
+            gathered = [place]
+        ranks = [RankInfo(rank, tuple(u), host) for rank, (u, host) in enumerate(gathered)]
+        self.agent.start(
+            self.config,
+            ranks,
+            details={"framework": f"torch {torch.__version__}"},
+            knobs=list(self._knobs.values()),
+        )
 
     @property
     def learning_rate(self) -> float:
@@ -214,13 +295,35 @@ class TunedTraining:
         assert isinstance(batch, int) and isinstance(period, int)
         return batch, period
 
+    def _changed_knobs(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The knobs ``config`` changes, each value checked: all or nothing is applied."""
+        changed = {}
+        for name, knob in self._knobs.items():
+            if name not in config:
+                continue  # a config from before the knob was declared: keep its value
+            try:
+                value = knob.check(config[name])
+            except KnobError as exc:
+                raise ConfigError(str(exc)) from None
+            now = self.knob_values[name]
+            if type(value) is not type(now) or value != now:
+                changed[name] = value
+        return changed
+
     def _apply(self, config: dict[str, Any]) -> None:
         batch, period = self._check(config)
+        knobs = self._changed_knobs(config)
         lr = self._lr_for(config, batch, period)
-        if batch != self.batch_size:
-            self._loader = self._make_loader(batch)
-            self._batches: Iterator[Any] = iter(self._loader)
-        self.batch_size, self.sync_period, self.config = batch, period, config
+        for name, value in knobs.items():
+            self._knobs[name].apply(value)
+            self.knob_values[name] = value
+        reload = any(self._knobs[name].reload for name in knobs)
+        if batch != self.batch_size or reload:
+            self._batches: Iterator[Any] = iter(())
+            self._loader = self._make_loader(batch)  # the old loader's workers are let go
+            self._batches = iter(self._loader)
+        self.batch_size, self.sync_period = batch, period
+        self.config = {**config, **self.knob_values}
         if lr is not None:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
@@ -279,7 +382,8 @@ class TunedTraining:
 
     def step(self, number: int) -> TrainingStep:
         """Time step ``number`` (``batch_size x sync_period`` samples on this rank)."""
-        measure = self._noise is not None and number % self._noise_every == 0
+        measure = self._noise is not None and self._noise_every > 0
+        measure = measure and number % self._noise_every == 0
         return TrainingStep(self, number, measure)
 
     def micro_batches(self, timed: TrainingStep | None = None) -> Iterator[Any]:

@@ -43,9 +43,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
@@ -57,8 +58,11 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from tuneloop.agent import Agent
+from tuneloop.agent.knobs import Knob
 from tuneloop.agent.torch import TunedTraining
+from tuneloop.agent.torch_loader import LoaderSettings
 from tuneloop.demo import workloads
+from tuneloop.demo.slow_loader import slow_loader_factory
 from tuneloop.demo.workloads.digits import WORKLOAD as DIGITS
 from tuneloop.demo.workloads.digits import build_model as build_model
 from tuneloop.demo.workloads.digits import save_digits as save_digits
@@ -71,6 +75,9 @@ BASE_BATCH = DIGITS.base_batch
 """The digits job's learning rate is ``BASE_LR`` at a global batch of ``BASE_BATCH``, scaled by
 sqrt (each workload has its own, :class:`~tuneloop.demo.workloads.Workload`)."""
 LR_SCALING: Final = DIGITS.lr_scaling
+MAX_LOADER_WORKERS: Final = 6
+MAX_PREFETCH: Final = 4
+"""The ranges of the loader knobs the job declares with ``--loader-workers``."""
 
 
 def load_shard(
@@ -150,18 +157,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         world_size=world,
         poll_timeout_s=5,
     )
+    seed = args.seed * world + rank
+    input_delay_s, sync_latency_s = args.input_delay_ms / 1000, args.sync_latency_ms / 1000
+    knobs: list[Knob] = []
+    if args.loader_workers is None:
+        make_loader: Callable[[int], Iterable[Any]] = loader_factory(x, y, seed=seed)
+    else:
+        # A real DataLoader pays the input latency in its workers; the loop no longer does.
+        loader = LoaderSettings(args.loader_workers, args.loader_prefetch)
+        make_loader = slow_loader_factory(x, y, seed, input_delay_s, loader)
+        knobs = loader.knobs(workers=(0, MAX_LOADER_WORKERS), prefetch=(1, MAX_PREFETCH))
+        input_delay_s = 0.0
     training = TunedTraining(
         agent,
         model,
         optimizer,
-        loader_factory(x, y, seed=args.seed * world + rank),
+        make_loader,
+        knobs=knobs,
         config={"batch_size": args.batch_size, "sync_period": args.sync_period},
         lr_scaling=workload.lr_scaling,
         base_lr=workload.base_lr,
         base_batch=workload.base_batch,
         noise_every=5,
     )
-    input_delay_s, sync_latency_s = args.input_delay_ms / 1000, args.sync_latency_ms / 1000
     forward_delay_s = args.slow_rank_ms / 1000 if rank == args.slow_rank else 0.0
     stop_file = Path(args.stop_file) if args.stop_file else None
     eval_every = args.eval_every_samples or workload.eval_every_samples
@@ -189,7 +207,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 last = micro == training.sync_period - 1
                 with timed.phase("forward"):
                     time.sleep(forward_delay_s)
-                    micro_loss = loss(model(xb), yb) / training.sync_period
+                    micro_loss = loss(training.model(xb), yb) / training.sync_period
                 with timed.phase("grad_sync" if last else "backward"):
                     # the last micro-batch's backward all-reduces
                     torch.autograd.backward(micro_loss)
@@ -246,6 +264,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "effective_batch": training.batch_size * training.sync_period * world,
         "learning_rate": training.learning_rate,
         "noise_scale": agent.noise_scale.value,
+        "knobs": training.knob_values,
+        # The loader's worker processes alive at the end: what the loader really runs with.
+        "worker_processes": len(multiprocessing.active_children()),
         "emulation": {
             "input_delay_ms": args.input_delay_ms,
             "sync_latency_ms": args.sync_latency_ms,
@@ -283,6 +304,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sync-latency-ms", type=float, default=25.0)
     parser.add_argument("--slow-rank", type=int, default=1, help="the rank --slow-rank-ms slows")
     parser.add_argument("--slow-rank-ms", type=float, default=0.0, help="per forward pass [0]")
+    parser.add_argument(
+        "--loader-workers",
+        type=int,
+        default=None,
+        help="load through a DataLoader with this many workers, which pay --input-delay-ms "
+        "per batch; declares the loader_workers and prefetch_factor knobs [no DataLoader]",
+    )
+    parser.add_argument("--loader-prefetch", type=int, default=2, help="with --loader-workers")
     parser.add_argument("--workload", choices=workloads.names(), default=DIGITS.name)
     parser.add_argument(
         "--target",

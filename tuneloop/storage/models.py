@@ -220,6 +220,14 @@ class JobAgent(Base):
     world_size: Mapped[int] = mapped_column(Integer)
     details: Mapped[dict[str, Any]] = mapped_column(default=dict)
     """What the agent reported besides ranks: SDK version, framework, ..."""
+    knobs: Mapped[dict[str, Any]] = mapped_column(
+        default=dict, server_default=expression.text("'{}'")
+    )
+    """The job's own knobs, name -> declaration (``tuner.knobs``; migration 0014)."""
+    rank_hosts: Mapped[dict[str, Any]] = mapped_column(
+        default=dict, server_default=expression.text("'{}'")
+    )
+    """Rank (as a string) -> the host it runs on, GPU or not (migration 0014)."""
     registered_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
 
