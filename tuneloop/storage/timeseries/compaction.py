@@ -75,8 +75,10 @@ def compact(
     ``compact_after_s`` when ``None``) and, with ``after_rollups``, than the 1-minute rollup's
     watermark (nothing while the rollups have never run). ``after_rollups=False`` is for a store
     whose rollups are not used; ``span`` overrides the setting ``chunk_span_s``. One pass at a
-    time (a second returns at once, having done nothing). Idempotent; safe to interrupt. A
-    ``Connection`` given must not be in a transaction: each unit commits on it."""
+    time (a second returns at once, having done nothing). On PostgreSQL it then truncates the
+    ``samples`` partitions wholly before the cutoff that it left without a row (:mod:`.reclaim`).
+    Idempotent; safe to interrupt. A ``Connection`` given must not be in a transaction: each
+    unit commits on it."""
     began = time.monotonic()
     settings = get_settings()
     hot = timedelta(seconds=settings.compact_after_s) if hot_window is None else hot_window
