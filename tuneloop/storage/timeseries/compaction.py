@@ -111,8 +111,8 @@ def compact(
     )
     say(
         f"done: {report.samples_compacted} samples into {report.chunks_written} chunks "
-        f"({report.late_samples_merged} late samples merged, {reclaimed} partitions "
-        f"reclaimed) in {report.seconds:.1f} s"
+        f"({report.late_samples_merged} late samples merged; partitions reclaimed: {reclaimed}"
+        f") in {report.seconds:.1f} s"
     )
     return report
 
