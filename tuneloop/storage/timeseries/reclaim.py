@@ -63,7 +63,10 @@ def reclaim_partitions(
     for name in candidates:
         with connection.begin():
             total, empty = connection.execute(_SIZE_SQL, {"name": name}).one()
-            # Unlocked first: the common cases (already empty, or late rows) take no lock.
+            # Unlocked first: the common cases (already empty, or late rows) take no lock. On
+            # a partition just emptied this reads its dead heap once (a sequential scan, far
+            # cheaper than the compaction that preceded it) and prunes its pages, so the same
+            # check under the lock is quick and readers wait little.
             truncated = total > empty and not _has_rows(connection, name)
         if total <= empty:
             continue
