@@ -12,13 +12,16 @@ Sizes: the built-in store, every table's bytes with its indexes (PostgreSQL
 tables held empty, split into *samples* (raw rows, compacted chunks, series) and *rollups*
 (``samples_1m``, ``samples_1h``, which compaction needs first and VictoriaMetrics does not
 keep); measured after ``VACUUM FULL`` (PostgreSQL) or ``VACUUM`` (SQLite): the live data, what
-the store holds once new rows have reused the space that compaction freed. "after, VACUUM"
-is PostgreSQL's plain ``VACUUM`` right after compaction (what the disk shows at once).
+the store holds once new rows have reused the space that compaction freed. "after, on disk"
+is measured right after compaction, no ``VACUUM`` of any kind: what the disk holds at once
+(PostgreSQL: compaction truncates the partitions it emptied; SQLite: the free pages the file
+keeps for new rows are counted with the samples).
 VictoriaMetrics: ``vm_data_size_bytes`` (data parts, no index) after a forced flush and merge.
 
 Steps, per dataset and database: load, measure ("before": today's row layout), roll up
 (``update_rollups`` as the periodic task does), ``compact(hot_window=0)`` when the store has
-it, measure ("after"). Without compaction the "after" columns say so. It runs in scratch
+it once the data's last day has closed (so that its partition is emptied whole), measure
+("after"). Without compaction the "after" columns say so. It runs in scratch
 databases and directories that it removes::
 
     python bench/storage_footprint.py            # a day of each dataset, about 10 minutes
@@ -86,8 +89,15 @@ class Footprint:
     compacted: int | None
 
 
-def split(engine: Engine, empty: dict[str, int]) -> Split:
+def split(engine: Engine, empty: dict[str, int], *, with_free_pages: bool = False) -> Split:
+    """Bytes of samples and of rollups; ``with_free_pages``: SQLite's free pages (which the
+    file keeps until ``VACUUM``) counted with the samples, whose deletion freed them."""
     sizes = {name: size - empty.get(name, 0) for name, size in table_sizes(engine).items()}
+    if with_free_pages and engine.dialect.name == "sqlite":
+        with engine.connect() as connection:
+            free = connection.exec_driver_sql("PRAGMA freelist_count").scalar_one()
+            page = connection.exec_driver_sql("PRAGMA page_size").scalar_one()
+        sizes["free pages"] = int(free) * int(page)
     for name, size in sorted(sizes.items(), key=lambda item: -item[1]):
         if size >= 1 << 20:
             log(f"    {name}: {size / (1 << 20):,.1f} MiB")
@@ -110,14 +120,14 @@ def footprint(
     if compact is None:
         log("  compaction not available (tuneloop.storage.timeseries.compaction is missing)")
         return Footprint(before, None, None, None, None)
-    now = data.end + SETTLE
+    # The end of the data's last day: a --quick run's partition is then closed too.
+    now = data.end + (-(data.end - data.start) % timedelta(days=1)) + SETTLE
     began = time.perf_counter()
     update_rollups(engine, now=now)
     log(f"  rolled up in {time.perf_counter() - began:.1f} s")
     report = compact(engine, hot_window=timedelta(0), now=now, progress=lambda m: log(f"    {m}"))
     log(f"  {report}")
-    vacuum(engine, full=False)
-    after_plain = split(engine, empty)
+    after_plain = split(engine, empty, with_free_pages=True)
     vacuum(engine, full=True)
     after = split(engine, empty)
     return Footprint(before, after_plain, after, report.seconds, report.samples_compacted)
@@ -208,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     hours = 2.0 if args.quick else args.hours
     compact = compaction()
     lines = [
-        "| data | store | before B/sample | before / VM | after, VACUUM | after B/sample "
+        "| data | store | before B/sample | before / VM | after, on disk | after B/sample "
         "| after / VM | rollups B/sample | compact s | compacted samples/s |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]

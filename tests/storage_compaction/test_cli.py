@@ -41,3 +41,22 @@ def test_compact_reports_progress_and_waits_for_the_rollups(engine: Engine, cli:
 def test_a_bad_option_is_one_line(cli: CliRunner) -> None:
     result = cli.invoke(app, ["store", "compact", "--batch-series", "0"])
     assert result.exit_code == 2
+
+
+def test_vacuum_shrinks_a_sqlite_file_and_is_not_needed_on_postgresql(
+    engine: Engine, cli: CliRunner
+) -> None:
+    write(engine, make_project(engine), fleet(hours=2))
+    update_rollups(engine, now=NOW)
+    done = cli.invoke(app, ["store", "compact", "--vacuum"])
+    assert done.exit_code == 0, done.output
+    if engine.dialect.name == "sqlite":
+        assert "vacuuming: rewriting" in done.output
+        given = done.output.split("vacuumed: ")[1].split(" MiB")[0]
+        assert float(given) > 0, done.output
+        with engine.connect() as connection:
+            pages = connection.exec_driver_sql("PRAGMA freelist_count").scalar_one()
+        assert pages == 0  # nothing left free in the file
+    else:
+        assert "reclaimed samples_p" in done.output
+        assert "--vacuum: nothing to do on PostgreSQL" in done.output

@@ -2,7 +2,9 @@
 
 ``tuneloop store compact`` compacts every closed chunk span outside the hot window now, with a
 line of progress per batch of series; the periodic maintenance task does the same a little at a
-time. Exit codes: 0 done; 2 configuration or connection errors (one line on stderr).
+time. On PostgreSQL both truncate the partitions they emptied, giving their disk back; on SQLite
+the freed pages are reused by new samples, and ``--vacuum`` rebuilds the file to shrink it.
+Exit codes: 0 done; 2 configuration or connection errors (one line on stderr).
 """
 
 from __future__ import annotations
@@ -32,17 +34,29 @@ def compact(
     batch_series: Annotated[
         int, typer.Option(min=1, help="Series per transaction (bounds memory and lock time).")
     ] = 500,
+    vacuum: Annotated[
+        bool,
+        typer.Option(
+            help="SQLite: then VACUUM, shrinking the file (rewrites all of it, writers wait). "
+            "PostgreSQL needs none: emptied partitions are truncated."
+        ),
+    ] = False,
 ) -> None:
     """Compact closed chunk spans of raw samples into sample chunks (and merge late samples
     into theirs). Idempotent; safe to interrupt and run again."""
     # Imported here: the time-series code is not needed to list the commands.
     from tuneloop.storage.timeseries.compaction import compact as run_compaction
+    from tuneloop.storage.timeseries.reclaim import vacuum_sqlite
 
     settings = settings_or_fail()
     engine = make_engine(settings.resolved_database_url)
     hot = None if hot_window_s is None else timedelta(seconds=hot_window_s)
     try:
         run_compaction(engine, hot_window=hot, batch_series=batch_series, progress=typer.echo)
+        if vacuum and engine.dialect.name == "sqlite":
+            vacuum_sqlite(engine, typer.echo)
+        elif vacuum:
+            typer.echo("--vacuum: nothing to do on PostgreSQL (emptied partitions are truncated)")
     except SQLAlchemyError as exc:
         orig = getattr(exc, "orig", None)
         lines = str(orig if orig is not None else exc).strip().splitlines()

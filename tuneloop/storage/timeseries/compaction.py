@@ -11,6 +11,9 @@ Late samples, raw rows inside a span that already has a chunk, are merged into i
 pass: decoded, merged (on an equal timestamp the chunk's value stays, as ``ON CONFLICT DO
 NOTHING`` keeps the first stored), encoded again and written back in the same kind of
 transaction. Readers see them in the meantime (:mod:`.sample_source`).
+
+A pass ends by truncating, on PostgreSQL, the ``samples`` partitions before its cutoff that it
+emptied (:mod:`.reclaim`): deleted rows alone give no disk back there.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from tuneloop.storage.locks import LockName, hold_write_lock, session_lock
 from tuneloop.storage.models import Series, sample_chunks, samples
 from tuneloop.storage.timeseries.chunk_codec import decode_chunk, encode_chunk
 from tuneloop.storage.timeseries.partitions import ensure_chunk_partitions
+from tuneloop.storage.timeseries.reclaim import reclaim_partitions
 from tuneloop.storage.timeseries.rollups import DEFAULT_LATENESS_S, MINUTE_S, read_watermarks
 from tuneloop.storage.timeseries.samples_postgres import read_arrays
 from tuneloop.storage.types import from_micros, to_micros, utcnow
@@ -46,6 +50,8 @@ class CompactionReport:
     samples_compacted: int
     late_samples_merged: int
     seconds: float
+    partitions_reclaimed: int = 0
+    """PostgreSQL: emptied ``samples`` partitions truncated (:mod:`.reclaim`)."""
 
 
 @dataclass
@@ -69,8 +75,10 @@ def compact(
     ``compact_after_s`` when ``None``) and, with ``after_rollups``, than the 1-minute rollup's
     watermark (nothing while the rollups have never run). ``after_rollups=False`` is for a store
     whose rollups are not used; ``span`` overrides the setting ``chunk_span_s``. One pass at a
-    time (a second returns at once, having done nothing). Idempotent; safe to interrupt. A
-    ``Connection`` given must not be in a transaction: each unit commits on it."""
+    time (a second returns at once, having done nothing). On PostgreSQL it then truncates the
+    ``samples`` partitions wholly before the cutoff that it left without a row (:mod:`.reclaim`).
+    Idempotent; safe to interrupt. A ``Connection`` given must not be in a transaction: each
+    unit commits on it."""
     began = time.monotonic()
     settings = get_settings()
     hot = timedelta(seconds=settings.compact_after_s) if hot_window is None else hot_window
@@ -86,6 +94,7 @@ def compact(
         raise ValueError("naive datetime: tuneloop timestamps must be timezone-aware")
     say = progress or (lambda _line: None)
     totals = _Totals()
+    reclaimed = 0
     with _connected(bind) as connection, session_lock(connection, LockName.COMPACTION) as free:
         cutoff = _cutoff(connection, now - hot, width, after_rollups)
         if not free:
@@ -95,10 +104,15 @@ def compact(
         else:
             say(f"compacting samples before {cutoff.isoformat()} in {width} chunks")
             _run(connection, cutoff, width, batch_series, totals, say)
-    report = CompactionReport(totals.chunks, totals.samples, totals.late, time.monotonic() - began)
+            # Everything before the cutoff is compacted now: give back what it held.
+            reclaimed = len(reclaim_partitions(connection, cutoff, say))
+    report = CompactionReport(
+        totals.chunks, totals.samples, totals.late, time.monotonic() - began, reclaimed
+    )
     say(
         f"done: {report.samples_compacted} samples into {report.chunks_written} chunks "
-        f"({report.late_samples_merged} late samples merged) in {report.seconds:.1f} s"
+        f"({report.late_samples_merged} late samples merged; partitions reclaimed: {reclaimed}"
+        f") in {report.seconds:.1f} s"
     )
     return report
 

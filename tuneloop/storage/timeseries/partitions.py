@@ -172,7 +172,7 @@ def drop_partitions_before(
     dropped = []
     for partition in list_partitions(connection, parent):
         if partition.upper is not None and partition.upper <= cutoff:
-            _execute(
+            execute_composed(
                 connection,
                 sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(partition.name)),
             )
@@ -210,10 +210,10 @@ def _create(connection: Connection, lower: datetime, upper: datetime, parent: st
         lower=sql.Literal(lower.astimezone(UTC).isoformat()),
         upper=sql.Literal(upper.astimezone(UTC).isoformat()),
     )
-    _execute(connection, statement)
+    execute_composed(connection, statement)
 
 
-def _execute(connection: Connection, statement: sql.Composed) -> None:
+def execute_composed(connection: Connection, statement: sql.Composed) -> None:
     # DDL cannot take bind parameters; run the composed statement on the driver connection,
     # which shares the caller's transaction.
     driver = cast("psycopg.Connection[Any]", connection.connection.driver_connection)
