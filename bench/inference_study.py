@@ -254,17 +254,14 @@ def tuned_run(
 
 
 def study_body(plan: argparse.Namespace) -> dict[str, Any]:
-    params = [
-        {"name": "max_batch_size", "low": 1, "high": 64, "powers_of_two": True},
-        {"name": "max_delay_ms", "low": 1, "high": 64, "log": True},
-    ]
+    """Both knobs the replica declares, over their declared ranges (examples/inference)."""
     return {
         "name": "batching",
         "objective": "slo_throughput",
         "slo_s": plan.slo_ms / 1000,
         "strategy": "bayesian",
         "seed": plan.seed,
-        "space": {"params": params},
+        "space": {"knobs": list(START)},
         "measurement": {"warmup_s": 3, "window_s": 10, "min_samples": 5, "max_rel_stderr": 0.1},
         "ack_timeout_s": 30,
         "warm_start": False,

@@ -128,8 +128,12 @@ def _space(body: SpaceIn, declared: list[Knob]) -> SearchSpace:
     if body.power_limit_w:
         knobs.insert(0, power_limit_param(*body.power_limit_w))
     if body.batch_size is None:
-        if body.sync_period is not None or body.bucket_mb is not None:
-            raise SpaceError("space.sync_period and space.bucket_mb need space.batch_size")
+        _refuse_training_fields(body)
+        if not knobs:
+            raise SpaceError(
+                "the space needs batch_size, or knobs the job declared (declared: "
+                f"{sorted(by_name) or 'none'}), or power_limit_w"
+            )
         return SearchSpace(tuple(knobs), None)
     return SearchSpace.training(
         batch_size=body.batch_size,
@@ -143,3 +147,20 @@ def _space(body: SpaceIn, declared: list[Knob]) -> SearchSpace:
         sync_mode=body.sync_mode,
         extra=knobs,
     )
+
+
+def _refuse_training_fields(body: SpaceIn) -> None:
+    """Without ``batch_size`` there is no learning-rate rule: a training field would be
+    ignored, so it is refused instead (a job declares its sync period or bucket size as
+    knobs)."""
+    given = [
+        name
+        for name in ("sync_period", "bucket_mb", "base_lr", "base_batch")
+        if getattr(body, name) is not None
+    ]
+    if "lr_scaling" in body.model_fields_set and body.lr_scaling is not None:
+        given.append("lr_scaling")
+    if given:
+        verb = "needs" if len(given) == 1 else "need"
+        fields = ", ".join(f"space.{name}" for name in given)
+        raise SpaceError(f"{fields} {verb} space.batch_size")

@@ -14,9 +14,11 @@
 - ``GET /healthz``: the knobs, the queue depth and the batches run.
 
 With ``TUNELOOP_URL`` (and ``TUNELOOP_TOKEN``, ``TUNELOOP_JOB``) the replica registers with
-tuneloop's agent, applies each released config between two batches and acknowledges it, times
-each batch as a step (samples: the batch's requests) and exports its latency histogram and
-queue depth (:mod:`examples.inference.telemetry`).
+tuneloop's agent and declares both knobs (:func:`declared_knobs`: ``max_batch_size``, powers
+of two in [1, 64]; ``max_delay_ms``, log scale in [1, 64]; each starting at the command line's
+value), applies each released config between two batches and acknowledges it (one it cannot
+run is reported as failed), times each batch as a step (samples: the batch's requests) and
+exports its latency histogram and queue depth (:mod:`examples.inference.telemetry`).
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import torch
@@ -43,9 +45,15 @@ from examples.inference.data import FEATURES
 from examples.inference.lifecycle import exit_on_sigterm
 from examples.inference.telemetry import ServerTelemetry
 from tuneloop.agent import Agent
+from tuneloop.agent.knobs import Knob, KnobError
 from tuneloop.agent.steps import StepTracer
 
 log = logging.getLogger("examples.inference.server")
+
+BATCH_RANGE: Final = (1, 64)
+DELAY_RANGE_MS: Final = (1, 64)
+"""The ranges the replica declares to tuneloop, which a study searches: a request never waits
+for more than 64 others or 64 ms (the batcher itself takes wider values, e.g. ``PUT /knobs``)."""
 
 
 class PredictIn(BaseModel):
@@ -80,19 +88,20 @@ class InferenceService:
         self.model, self.variant, self.replica = model, variant, replica
         self.agent, self.telemetry = agent, telemetry
         self.version = 0
-        self._refused = 0  # the newest released version this replica could not run
-        checked = check_knobs(knobs)
+        checked = {"max_batch_size": 8, "max_delay_ms": 5, **check_knobs(knobs)}
+        # Declared before the batcher starts: a starting value outside its range stops here.
+        self.knobs = [] if agent is None else declared_knobs(checked, self._set_knobs)
         self.batcher = DynamicBatcher(
             self._run,
-            max_batch_size=checked.get("max_batch_size", 8),
-            max_delay_ms=checked.get("max_delay_ms", 5),
+            max_batch_size=checked["max_batch_size"],
+            max_delay_ms=checked["max_delay_ms"],
             max_queue=max_queue,
             at_boundary=self._boundary,
         )
         if telemetry is not None:
             telemetry.watch_queue(self.batcher.queue_depth)
         if agent is not None:
-            agent.start(self.batcher.knobs, details={"kind": "inference", "replica": replica})
+            agent.start({}, details={"kind": "inference", "replica": replica}, knobs=self.knobs)
 
     def _run(self, inputs: Sequence[Any]) -> list[int]:
         x = torch.from_numpy(np.stack(inputs))
@@ -105,23 +114,28 @@ class InferenceService:
             labels: list[int] = self.model(x).argmax(dim=1).tolist()
         return labels
 
+    def _set_knobs(self, **knobs: int) -> None:
+        self.batcher.set_knobs(**knobs)
+
     def _boundary(self, batches: int) -> None:
-        """Between two batches: apply a newer released config, then acknowledge it."""
+        """Between two batches: apply a newer released config, then acknowledge it; one this
+        replica cannot run is refused (reported as failed) and the running knobs kept."""
         if self.agent is None:
             return
         pending = self.agent.pending()
-        if pending is None or pending.version <= self._refused:
+        if pending is None:
             return
         try:
-            knobs = check_knobs(dict(pending.config))
-        except ValueError as exc:
-            self._refused = pending.version
-            log.error("refused config version %d: %s", pending.version, exc)
+            values = checked_release(self.knobs, pending.config)
+        except KnobError as exc:
+            self.agent.refuse(pending.version, str(exc))
             return
-        self.batcher.set_knobs(**knobs)
+        for knob in self.knobs:
+            if knob.name in values:
+                knob.apply(values[knob.name])
         self.version = pending.version
         self.agent.applied(pending.version, pending.config, step=batches)
-        log.info("running config version %d: %s", pending.version, knobs)
+        log.info("running config version %d: %s", pending.version, values)
 
     def status(self) -> dict[str, Any]:
         return {
@@ -139,6 +153,38 @@ class InferenceService:
             self.agent.close()
         if self.telemetry is not None:
             self.telemetry.shutdown()
+
+
+def declared_knobs(start: Mapping[str, int], apply: Callable[..., None]) -> list[Knob]:
+    """The batching knobs as the replica declares them to tuneloop, starting at ``start``
+    (a :class:`KnobError` when a value is outside its range); a new value is applied as
+    ``apply(name=value)``."""
+    return [
+        Knob.integer(
+            "max_batch_size",
+            *BATCH_RANGE,
+            default=start["max_batch_size"],
+            powers_of_two=True,
+            apply=lambda value: apply(max_batch_size=value),
+        ),
+        Knob.integer(
+            "max_delay_ms",
+            *DELAY_RANGE_MS,
+            default=start["max_delay_ms"],
+            log=True,
+            apply=lambda value: apply(max_delay_ms=value),
+        ),
+    ]
+
+
+def checked_release(knobs: Sequence[Knob], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The declared knobs a released ``config`` sets, each checked against its declaration
+    (one it leaves out keeps its value); a :class:`KnobError` naming an unknown key or the
+    first value outside its knob's range."""
+    unknown = sorted(set(config) - {k.name for k in knobs})
+    if unknown:
+        raise KnobError(f"unknown knob(s) {unknown}; the knobs are {[k.name for k in knobs]}")
+    return {k.name: k.check(config[k.name]) for k in knobs if k.name in config}
 
 
 def build_app(service: InferenceService) -> FastAPI:
@@ -224,7 +270,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per health check or poll
     exit_on_sigterm()  # so that the agent acknowledges and the exporters flush on the way out
-    service = make_service(args)
+    try:
+        service = make_service(args)
+    except KnobError as exc:
+        raise SystemExit(f"error: {exc} (the range this replica declares to tuneloop)") from None
     print(
         f"serving {args.variant} on http://{args.host}:{args.port} {service.status()}", flush=True
     )

@@ -145,14 +145,13 @@ BAD_STUDIES: list[tuple[dict[str, Any], str]] = [
     ({**PROMQL, "direction": None, "objective_expr": "up"}, "promql needs a direction"),
     (PROMQL, "promql needs objective_expr"),
     ({"objective_expr": "up"}, "objective_expr is for the promql objective, not goodput"),
-    ({"space": {"lr_scaling": None}}, "the space needs batch_size or at least one of params"),
+    ({"space": {"lr_scaling": None}}, "the space needs batch_size, or knobs the job declared"),
+    ({"space": {"knobs": ["max_delay_ms"]}}, "the job declared no knob 'max_delay_ms'"),
+    # Without batch_size no learning-rate rule: a training field would be ignored.
+    ({"space": {"sync_period": [1, 2]}}, "space.sync_period needs space.batch_size"),
     (
-        {"space": {"params": [{"name": "max_delay_ms", "low": 1, "high": 9}], "base_lr": 0.1}},
-        "base_lr need(s) batch_size in the space",
-    ),
-    (
-        {"space": {"params": [{"name": "max_delay_ms", "low": 0, "high": 9, "log": True}]}},
-        "max_delay_ms: log scale needs low >= 1",
+        {"space": {"power_limit_w": [300, 700], "base_lr": 0.1, "lr_scaling": "sqrt"}},
+        "space.base_lr, space.lr_scaling need space.batch_size",
     ),
 ]
 
@@ -187,21 +186,40 @@ def test_a_space_of_a_service_s_own_knobs(
         ranks=1,
     )
     knobs = {"max_batch_size": 8, "max_delay_ms": 5}
-    agent = {**AGENT, "world_size": 1, "ranks": [{"rank": 0, "gpu_uuids": []}], "config": knobs}
-    assert client.post(f"{JOBS}/serve/agents", json=agent, headers=auth["agent"]).is_success
-    params = [
-        {"name": "max_batch_size", "low": 1, "high": 64, "powers_of_two": True},
-        {"name": "max_delay_ms", "low": 1, "high": 64, "log": True},
+    declared: list[dict[str, Any]] = [
+        {"name": "max_batch_size", "type": "int", "low": 1, "high": 64, "powers_of_two": True},
+        {"name": "max_delay_ms", "type": "int", "low": 1, "high": 64, "log": True},
     ]
+    declared = [{**d, "default": knobs[d["name"]]} for d in declared]
+    agent = {**AGENT, "world_size": 1, "ranks": [{"rank": 0, "gpu_uuids": []}], "config": knobs}
+    # A declaration the tuner could not search is refused when the agent registers.
+    bad = [{**declared[1], "low": 0}]
+    refused = client.post(
+        f"{JOBS}/serve/agents", json={**agent, "knobs": bad}, headers=auth["agent"]
+    )
+    assert refused.status_code == 422, refused.text
+    assert "max_delay_ms: log scale needs low >= 1" in refused.json()["detail"]
+    agent["knobs"] = declared
+    assert client.post(f"{JOBS}/serve/agents", json=agent, headers=auth["agent"]).is_success
+    # A person's config outside a declared range is refused naming it.
+    released = client.put(
+        f"{JOBS}/serve/config",
+        json={"config": {"max_batch_size": 6, "max_delay_ms": 5}},
+        headers=member,
+    )
+    assert released.status_code == 422, released.text
+    assert "max_batch_size=6 is outside [1, 64] (powers of two)" in released.json()["detail"]
     created = client.post(
         f"{JOBS}/serve/studies",
-        json={"name": "batching", "space": {"params": params}, "slo_s": 0.1},
+        json={"name": "batching", "space": {"knobs": list(knobs)}, "slo_s": 0.1},
         headers=member,
     )
     assert created.status_code == 201, created.text
     study = created.json()
     assert study["objective"] == "slo_throughput", "the default for an inference service"
-    assert [p["name"] for p in study["space"]["params"]] == ["max_batch_size", "max_delay_ms"]
+    params = study["space"]["params"]
+    assert [p["name"] for p in params] == ["max_batch_size", "max_delay_ms"]
+    assert params[0]["powers_of_two"] and params[1]["log"], "searched as the service declared"
     assert study["space"]["lr_scaling"] is None
     loop_pass(runtime, study["id"])
     [trial] = client.get(f"{JOBS}/serve/studies/batching/trials", headers=member).json()["items"]
@@ -422,7 +440,7 @@ def test_an_energy_study_over_the_power_limit(
     assert study["options"]["throughput_floor"] == 350.0
     [power] = [p for p in study["space"]["params"] if p["name"] == "power_limit_w"]
     assert (power["low"], power["high"]) == (300, 700)
-    refusals = (
+    refusals: tuple[tuple[dict[str, Any], str], ...] = (
         # The loop measures the job's config first: it must say what limit the job runs at
         # (its agent registers it when it sets the knob).
         ({}, "space.power_limit_w: the job's config (desired version 1) has no power_limit_w"),

@@ -1,6 +1,7 @@
 """The example service against a live tuneloop API: tuneloop's own webhook target asks the
-scaler for a replica, a real server process starts, registers, takes a config released through
-the API between two batches and acknowledges it, answers requests, and stops when scaled to 0.
+scaler for a replica, a real server process starts, registers and declares its batching knobs,
+takes a config released through the API between two batches and acknowledges it, answers
+requests, and stops when scaled to 0.
 """
 
 from __future__ import annotations
@@ -101,6 +102,17 @@ def test_the_webhook_scales_real_replicas_that_take_released_knobs(
         # The replica registered its starting knobs: version 1, adopted and acknowledged.
         wait_for(lambda: (config().get("observed") or {}).get("version") == 1, 30, "version 1")
         assert config()["desired"]["config"] == {"max_batch_size": 8, "max_delay_ms": 5}
+        # ... and declared them, so that a study's space can name them.
+        [agent] = httpx.get(f"{job_url}/agents", headers=member, timeout=10).json()
+        declared = {k["name"]: k for k in agent["knobs"]}
+        assert declared["max_batch_size"]["powers_of_two"] and declared["max_delay_ms"]["log"]
+        assert {k: (d["low"], d["high"], d["default"]) for k, d in declared.items()} == {
+            "max_batch_size": (1, 64, 8),
+            "max_delay_ms": (1, 64, 5),
+        }
+        outside = {"config": {"max_batch_size": 6, "max_delay_ms": 2}}
+        refused = httpx.put(f"{job_url}/config", json=outside, headers=member, timeout=10)
+        assert refused.status_code == 422 and "max_batch_size=6" in refused.text
 
         released = httpx.put(
             f"{job_url}/config",

@@ -104,9 +104,12 @@ def test_the_job_side_speaks_the_same_names_and_wire_form() -> None:
     job_side = [
         sdk.Knob.integer("bucket_mb", 1, 64, default=25, apply=print, log=True),
         sdk.Knob.choice("grad_compression", (False, True), default=False, apply=print),
+        sdk.Knob.integer("max_batch_size", 1, 64, default=8, apply=print, powers_of_two=True),
     ]
     parsed = knobs.parse_knobs([k.declaration() for k in job_side])
-    assert parsed == knobs.parse_knobs([BUCKET, COMPRESS])
+    batch = {"name": "max_batch_size", "type": "int", "low": 1, "high": 64, "default": 8}
+    assert parsed == knobs.parse_knobs([BUCKET, COMPRESS, {**batch, "powers_of_two": True}])
+    assert parsed[2].param == IntParam("max_batch_size", 1, 64, powers_of_two=True)
 
 
 @pytest.mark.parametrize(
@@ -117,6 +120,15 @@ def test_the_job_side_speaks_the_same_names_and_wire_form() -> None:
         (lambda: sdk.Knob.choice("c", (), default=1, apply=print), "empty choices"),
         (lambda: sdk.Knob.choice("c", (1, 2), default=True, apply=print), "not one of"),
         (lambda: sdk.Knob.integer("batch_size", 1, 2, default=1, apply=print), "itself"),
+        (lambda: sdk.Knob.integer("d", 0, 9, default=1, apply=print, log=True), "low >= 1"),
+        (
+            lambda: sdk.Knob.integer("b", 5, 7, default=5, apply=print, powers_of_two=True),
+            "holds no power",
+        ),
+        (
+            lambda: sdk.Knob.integer("b", 1, 64, default=6, apply=print, powers_of_two=True),
+            "b=6 is not a power of two",
+        ),
     ],
 )
 def test_the_job_side_refuses_a_bad_knob(make: Any, says: str) -> None:

@@ -40,6 +40,15 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _is_power_of_two(value: int) -> bool:
+    return value >= 1 and value & (value - 1) == 0
+
+
+def _has_power_of_two(low: int, high: int) -> bool:
+    # The smallest power of two >= low (low >= 1 here).
+    return 1 << (low - 1).bit_length() <= high
+
+
 @dataclass(frozen=True)
 class Knob:
     """One declared knob. ``apply(value)`` runs on every rank at the step boundary a new value
@@ -53,6 +62,7 @@ class Knob:
     high: int | None = None
     choices: tuple[Value, ...] | None = None
     log: bool = False
+    powers_of_two: bool = False
     reload: bool = False
 
     def __post_init__(self) -> None:
@@ -66,6 +76,12 @@ class Knob:
             assert self.low is not None and self.high is not None
             if self.low > self.high:
                 raise KnobError(f"knob {self.name!r}: low {self.low} > high {self.high}")
+            if (self.log or self.powers_of_two) and self.low < 1:
+                raise KnobError(f"knob {self.name!r}: a log scale needs low >= 1, got {self.low}")
+            if self.powers_of_two and not _has_power_of_two(self.low, self.high):
+                raise KnobError(
+                    f"knob {self.name!r}: [{self.low}, {self.high}] holds no power of two"
+                )
         elif not self.choices:
             raise KnobError(f"knob {self.name!r}: empty choices")
         self.check(self.default)
@@ -80,9 +96,21 @@ class Knob:
         default: int,
         apply: Callable[[Any], None],
         log: bool = False,
+        powers_of_two: bool = False,
         reload: bool = False,
     ) -> Knob:
-        return cls(name, default, apply, low=low, high=high, log=log, reload=reload)
+        """An integer in ``[low, high]``; ``log``: searched on a log scale; ``powers_of_two``:
+        only the powers of two in it (a log scale too). Both need ``low >= 1``."""
+        return cls(
+            name,
+            default,
+            apply,
+            low=low,
+            high=high,
+            log=log,
+            powers_of_two=powers_of_two,
+            reload=reload,
+        )
 
     @classmethod
     def choice(
@@ -105,6 +133,8 @@ class Knob:
         assert self.low is not None and self.high is not None
         if not _is_int(value) or not self.low <= value <= self.high:  # type: ignore[operator]
             raise KnobError(f"{self.name}={value!r} is outside [{self.low}, {self.high}]")
+        if self.powers_of_two and not _is_power_of_two(value):  # type: ignore[arg-type]
+            raise KnobError(f"{self.name}={value!r} is not a power of two")
         return value  # type: ignore[return-value]
 
     def declaration(self) -> dict[str, Any]:
@@ -122,6 +152,7 @@ class Knob:
             "low": self.low,
             "high": self.high,
             "log": self.log,
+            "powers_of_two": self.powers_of_two,
             "default": self.default,
         }
 
