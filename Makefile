@@ -25,7 +25,7 @@ up: $(VENV)/.installed-server
 	$(BIN)/tuneloop up
 
 ## Install and run the whole test suite: lint, types, the layers of imports (docs/architecture.md),
-## and tests on real PostgreSQL and SQLite.
+## and tests on real PostgreSQL and SQLite, in two pytest-xdist workers (a file stays on one).
 test: $(VENV)/.installed-test
 	.ci/ensure-services
 	.ci/ensure-tools
@@ -33,7 +33,7 @@ test: $(VENV)/.installed-test
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 bench: $(VENV)/.installed-server
 	$(BIN)/python bench/storage_write.py

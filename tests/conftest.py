@@ -24,7 +24,11 @@ from tuneloop.storage.models import metadata
 POSTGRES_URL = os.environ.get(
     "TUNELOOP_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
-REDIS_URL = os.environ.get("TUNELOOP_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+# One Redis database per pytest-xdist worker (gw0 -> 15, gw1 -> 14, ...): tests flush theirs.
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+if _WORKER > 7:  # databases 15..8 only: never flush a low-numbered one someone else uses
+    raise RuntimeError("the tests run on at most 8 pytest-xdist workers (Redis databases 15..8)")
+REDIS_URL = os.environ.get("TUNELOOP_TEST_REDIS_URL", f"redis://127.0.0.1:6379/{15 - _WORKER}")
 
 BACKENDS = ["sqlite", "postgresql"]
 
