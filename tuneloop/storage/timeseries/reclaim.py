@@ -100,6 +100,9 @@ def _truncate_if_empty(connection: Connection, name: str, lock_timeout: timedelt
     # Again under the lock: a late sample committed since the first look keeps the partition.
     if _has_rows(connection, name):
         return False
+    # TRUNCATE is not MVCC-safe: a REPEATABLE READ transaction whose snapshot predates this
+    # pass would see the partition empty rather than its old rows. tuneloop's readers are
+    # single READ COMMITTED statements, and the rows live on in the chunks (docs/storage.md).
     execute_composed(connection, sql.SQL("TRUNCATE TABLE {}").format(table))
     return True
 
