@@ -30,8 +30,7 @@ import pytest
 import tuneloop
 import tuneloop.demo.job
 from tests.agent.conftest import Live
-from tests.agent.test_ddp_integration import stored_steps, until
-from tests.helpers import free_port
+from tests.agent.ddp import both_exit_cleanly, rank_results, stored_steps, two_ranks, until
 from tuneloop.demo.job import BASE_BATCH, BASE_LR, LR_SCALING, save_digits
 from tuner.space import SearchSpace
 
@@ -186,14 +185,9 @@ def test_agent_wheel_in_a_fresh_venv_runs_a_two_rank_ddp_job(
     command += [live.project, JOB, str(data), str(tmp_path), "--stop-file", str(stop)]
     command += ["--batch-size", "16", "--input-delay-ms", "2", "--sync-latency-ms", "0"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.update(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", PYTHONPATH=str(job_code))
-    env.update(MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
-    ranks_running = [
-        subprocess.Popen(command, text=True, env={**env, "RANK": str(rank)}, cwd=tmp_path)
-        for rank in (0, 1)
-    ]
-    job = ranks_running[0]
-    try:
+    env.update(PYTHONPATH=str(job_code))
+    with two_ranks(command, env, cwd=tmp_path) as ranks_running:
+        job = ranks_running[0]
         until(lambda: observed() == 1, 120, "the starting config was adopted", job)
         response = member.put(f"{jobs}/{JOB}/config", json={"config": CHANGE})
         assert response.status_code == 200, response.text
@@ -201,22 +195,16 @@ def test_agent_wheel_in_a_fresh_venv_runs_a_two_rank_ddp_job(
         # Step timings travel over OTLP from the agent's own OpenTelemetry SDK.
         for rank in ("0", "1"):
             until(lambda r=rank: len(stored_steps(live, r, JOB)) >= 4, 60, "step timings", job)  # type: ignore[misc]
-        stop.touch()
-        assert [process.wait(60) for process in ranks_running] == [0, 0]
-    finally:
-        for process in ranks_running:
-            if process.poll() is None:
-                process.kill()
-        member.close()
+        both_exit_cleanly(ranks_running, stop)
+    member.close()
 
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
-    assert ranks[0]["history"] == ranks[1]["history"]
+    ranks = rank_results(tmp_path)
     assert [version for version, _ in ranks[0]["history"]] == [2]
     # The rate the agent set is the one the tuner's rule gives the config on 2 ranks.
     space = SearchSpace.training(
         (1, 256), (1, 16), lr_scaling=LR_SCALING, base_lr=BASE_LR, base_batch=BASE_BATCH
     )
     expected = space.apply_lr_rule(CHANGE, ranks=2)
-    for rank in ranks:
-        assert rank["config"] == CHANGE
-        assert rank["learning_rate"] == pytest.approx(expected, rel=1e-9)
+    for result in ranks:
+        assert result["config"] == CHANGE
+        assert result["learning_rate"] == pytest.approx(expected, rel=1e-9)

@@ -6,9 +6,6 @@ A bad declaration is refused by the API naming the knob."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,8 +13,7 @@ import httpx
 import pytest
 
 from tests.agent.conftest import Live
-from tests.agent.test_ddp_integration import until
-from tests.helpers import free_port
+from tests.agent.ddp import both_exit_cleanly, rank_results, two_ranks, until
 
 JOB = "ddp-knobs"
 CHANGED = {"batch_size": 8, "bucket_mb": 1, "grad_compression": True}
@@ -37,10 +33,7 @@ def test_bucket_size_and_compression_change_at_one_step(live: Live, tmp_path: Pa
 
     command = [sys.executable, "-m", "tests.agent.ddp_knob_job", live.url, live.agent_token]
     command += [live.project, JOB, str(tmp_path)]
-    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
-    env.update(MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
-    ranks = [subprocess.Popen(command, text=True, env={**env, "RANK": str(r)}) for r in (0, 1)]
-    try:
+    with two_ranks(command) as ranks:
         until(lambda: observed() == 1, 120, "the starting config was adopted", ranks[0])
         knobs = member.get(f"{job_url}/agents").json()[-1]["knobs"]
         assert {k["name"]: k["default"] for k in knobs} == {
@@ -51,14 +44,9 @@ def test_bucket_size_and_compression_change_at_one_step(live: Live, tmp_path: Pa
         assert response.status_code == 200, response.text
         version = int(response.json()["version"])
         until(lambda: observed() == version, 60, f"version {version} ran", ranks[0])
-        assert [process.wait(60) for process in ranks] == [0, 0]
-    finally:
-        for process in ranks:
-            if process.poll() is None:
-                process.kill()
-        member.close()
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
-    assert results[0]["history"] == results[1]["history"]
+        both_exit_cleanly(ranks)
+    member.close()
+    results = rank_results(tmp_path)
     for result in results:
         assert result["knobs"] == {"bucket_mb": 1, "grad_compression": True}
         assert result["bucket_bytes_cap"] == 1024 * 1024

@@ -6,45 +6,26 @@ batch: throughput collapses) is rolled back by the actuator and marked bad."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy import select
 
 from tests.agent.conftest import Live
-from tests.helpers import free_port
+from tests.agent.ddp import both_exit_cleanly, rank_results, stored_steps, two_ranks, until
 from tuneloop.demo.job import save_digits
 from tuneloop.storage import session_scope
-from tuneloop.storage.models import AuditEntry, Series, samples
+from tuneloop.storage.models import AuditEntry
 
-T = TypeVar("T")
 JOB = "digits"
 CHANGES = [
     {"batch_size": 32, "sync_period": 1},
     {"batch_size": 64, "sync_period": 2},
 ]
 BAD = {"batch_size": 2, "sync_period": 1}
-
-
-def until(probe: Callable[[], T], timeout_s: float, what: str, job: subprocess.Popen[str]) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if value:
-            return value
-        if job.poll() is not None:
-            raise AssertionError(f"the job exited ({job.returncode}) before {what}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def _actuator_audit(live: Live) -> list[tuple[str, Any]]:
@@ -55,36 +36,6 @@ def _actuator_audit(live: Live) -> list[tuple[str, Any]]:
                 select(AuditEntry).where(AuditEntry.actor == "actuator").order_by(AuditEntry.id)
             )
         ]
-
-
-def stored_steps(live: Live, rank: str, job: str = JOB) -> dict[int, float]:
-    """Samples per step of one rank of ``job``, from the stored step timings (samples/s x
-    duration)."""
-    metrics = [
-        "tuneloop_step_number",
-        "tuneloop_samples_per_second",
-        "tuneloop_step_duration_seconds",
-    ]
-    with session_scope(live.runtime.sessions) as session:
-        series = {
-            sid: metric
-            for sid, metric, labels in session.execute(
-                select(Series.id, Series.metric, Series.labels).where(Series.metric.in_(metrics))
-            )
-            if labels.get("job") == job and labels.get("rank") == rank
-        }
-        rows = session.execute(
-            select(samples.c.series_id, samples.c.ts, samples.c.value).where(
-                samples.c.series_id.in_(list(series))
-            )
-        ).all()
-    by_metric: dict[str, dict[Any, float]] = {}
-    for series_id, ts, value in rows:
-        by_metric.setdefault(series[series_id], {})[ts] = value
-    numbers = by_metric.get("tuneloop_step_number", {})
-    rate = by_metric.get("tuneloop_samples_per_second", {})
-    duration = by_metric.get("tuneloop_step_duration_seconds", {})
-    return {int(n): rate[ts] * duration[ts] for ts, n in numbers.items() if ts in rate}
 
 
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
@@ -114,14 +65,8 @@ def test_two_rank_ddp_job_applies_changes_at_one_step_and_rolls_back_a_bad_one(
     command += [live.project, JOB, str(data), str(tmp_path), "--stop-file", str(stop)]
     command += ["--batch-size", "16", "--sync-period", "1"]
     command += ["--input-delay-ms", "4", "--sync-latency-ms", "0"]
-    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
-    env.update(MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
-    # One process per rank, as torchrun starts them.
-    ranks_running = [
-        subprocess.Popen(command, text=True, env={**env, "RANK": str(rank)}) for rank in (0, 1)
-    ]
-    job = ranks_running[0]
-    try:
+    with two_ranks(command) as ranks_running:
+        job = ranks_running[0]
         until(lambda: observed() == 1, 120, "the starting config was adopted", job)
         for config in CHANGES:
             version = desire(config)
@@ -129,7 +74,7 @@ def test_two_rank_ddp_job_applies_changes_at_one_step_and_rolls_back_a_bad_one(
         # The actuator verifies a change against measurements of the config before it, and
         # keeps a change it has nothing to measure against: wait for the job's step timings
         # to reach the store (the exporters' first batches take a few seconds).
-        until(lambda: len(stored_steps(live, "0")) >= 8, 60, "stored step timings", job)
+        until(lambda: len(stored_steps(live, "0", JOB)) >= 8, 60, "stored step timings", job)
         bad = desire(BAD)
         # Released once the previous change is verified, measured, then rolled back.
         try:
@@ -138,23 +83,17 @@ def test_two_rank_ddp_job_applies_changes_at_one_step_and_rolls_back_a_bad_one(
             state = member.get(f"{jobs}/{JOB}/actuator").json()
             audit = _actuator_audit(live)
             raise AssertionError(f"{exc}; actuator: {state}; audit: {audit}") from None
-        stop.touch()
-        assert [process.wait(60) for process in ranks_running] == [0, 0]
-    finally:
-        for process in ranks_running:
-            if process.poll() is None:
-                process.kill()
-        member.close()
+        both_exit_cleanly(ranks_running, stop)
+    member.close()
 
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
-    assert ranks[0]["history"] == ranks[1]["history"]
+    ranks = rank_results(tmp_path)
     history = [tuple(entry) for entry in ranks[0]["history"]]
     assert [version for version, _ in history] == [2, 3, 4, 5]
     steps = [step for _, step in history]
     assert steps == sorted(steps)
-    for rank in ranks:
-        assert rank["config"] == CHANGES[-1]  # back on the last good config
-        assert rank["noise_scale"] is None or rank["noise_scale"] > 0
+    for result in ranks:
+        assert result["config"] == CHANGES[-1]  # back on the last good config
+        assert result["noise_scale"] is None or result["noise_scale"] > 0
 
     with session_scope(live.runtime.sessions) as session:
         acks = [
@@ -180,7 +119,7 @@ def test_two_rank_ddp_job_applies_changes_at_one_step_and_rolls_back_a_bad_one(
     configs = {1: {"batch_size": 16, "sync_period": 1}, 2: CHANGES[0], 3: CHANGES[1], 4: BAD}
     configs[5] = CHANGES[1]
     for rank in ("0", "1"):
-        stored = stored_steps(live, rank)
+        stored = stored_steps(live, rank, JOB)
         assert len(stored) > 0.9 * ranks[int(rank)]["steps"]
         for step, per_step in stored.items():
             version = max([1] + [v for v, s in history if s <= step])

@@ -7,9 +7,6 @@ bad declaration or an out-of-range value is refused naming the knob."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,8 +14,7 @@ import httpx
 import pytest
 
 from tests.agent.conftest import Live
-from tests.agent.test_ddp_integration import stored_steps, until
-from tests.helpers import free_port
+from tests.agent.ddp import both_exit_cleanly, rank_results, stored_steps, two_ranks, until
 from tuneloop.demo.job import save_digits
 
 JOB = "loader"
@@ -26,16 +22,13 @@ START = {"batch_size": 8, "sync_period": 1, "loader_workers": 0, "prefetch_facto
 TUNED = {**START, "loader_workers": 3, "prefetch_factor": 3}
 
 
-def start_job(live: Live, tmp_path: Path) -> list[subprocess.Popen[str]]:
+def job_command(live: Live, tmp_path: Path) -> list[str]:
     data = tmp_path / "digits.npz"
     save_digits(data)
     command = [sys.executable, "-m", "tuneloop.demo.job", "tune", live.url, live.agent_token]
     command += [live.project, JOB, str(data), str(tmp_path), "--stop-file", str(tmp_path / "stop")]
     command += ["--batch-size", "8", "--loader-workers", "0", "--loader-prefetch", "2"]
-    command += ["--input-delay-ms", "30", "--sync-latency-ms", "0"]
-    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
-    env.update(MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
-    return [subprocess.Popen(command, text=True, env={**env, "RANK": str(rank)}) for rank in (0, 1)]
+    return [*command, "--input-delay-ms", "30", "--sync-latency-ms", "0"]
 
 
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
@@ -51,9 +44,8 @@ def test_declared_loader_knobs_are_tuned_from_the_diagnosis_and_applied_at_one_s
         state = member.get(f"{job_url}/config").json()
         return int(state["observed"]["version"]) if state["observed"] else 0
 
-    ranks_running = start_job(live, tmp_path)
-    job = ranks_running[0]
-    try:
+    with two_ranks(job_command(live, tmp_path)) as ranks_running:
+        job = ranks_running[0]
         until(lambda: observed() == 1, 120, "the starting config was adopted", job)
         agent = member.get(f"{job_url}/agents").json()[-1]
         assert {k["name"]: (k["low"], k["high"], k["default"]) for k in agent["knobs"]} == {
@@ -89,16 +81,10 @@ def test_declared_loader_knobs_are_tuned_from_the_diagnosis_and_applied_at_one_s
 
         version = int(member.put(f"{job_url}/config", json={"config": TUNED}).json()["version"])
         until(lambda: observed() == version, 60, f"version {version} ran", job)
-        (tmp_path / "stop").touch()
-        assert [process.wait(60) for process in ranks_running] == [0, 0]
-    finally:
-        for process in ranks_running:
-            if process.poll() is None:
-                process.kill()
-        member.close()
+        both_exit_cleanly(ranks_running, tmp_path / "stop")
+    member.close()
 
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
-    assert ranks[0]["history"] == ranks[1]["history"]
+    ranks = rank_results(tmp_path)
     assert [v for v, _ in ranks[0]["history"]] == [version]
     for rank in ranks:
         assert rank["knobs"] == {"loader_workers": 3, "prefetch_factor": 3}
