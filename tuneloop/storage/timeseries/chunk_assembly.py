@@ -50,24 +50,34 @@ class DecodedChunk:
 ChunkKey = tuple[int, datetime]
 
 
-def sample_widths(
-    ids: Any, stored: dict[ChunkKey, StoredChunk], start: datetime, stop: datetime, layout: Layout
-) -> tuple[Any, Any]:
-    """Per sample: its series' chunk width and the edge before which that series' spans are
-    closed in the unit (both microseconds). The rate counts the raw samples and those the
-    series' stored chunks of the unit hold, so every pass over a day finds the same width."""
-    series, counts = np.unique(ids, return_counts=True)
+def series_edges(
+    counts: dict[int, int],
+    stored: dict[ChunkKey, StoredChunk],
+    start: datetime,
+    stop: datetime,
+    layout: Layout,
+) -> dict[int, tuple[int, int]]:
+    """Per series with raw rows in the unit ``[start, stop)`` (``counts``): its chunk width and
+    the edge before which its spans of that width are closed (both microseconds). The rate
+    counts the raw rows and the samples the series' stored chunks of the unit hold, so every
+    pass over a day finds the same width."""
     held: dict[int, int] = {}
     for (series_id, _start), chunk in stored.items():
         held[series_id] = held.get(series_id, 0) + chunk.count
-    widths, edges = [], []
-    for series_id, count in zip(series.tolist(), counts.tolist(), strict=True):
+    edges = {}
+    for series_id, count in counts.items():
         width = chunk_width(
             count + held.get(series_id, 0), stop - start, layout.base, layout.min_samples
         )
-        widths.append(width // _US)
-        edges.append(to_micros(floor_to(stop, width)))
-    return np.repeat(widths, counts), np.repeat(edges, counts)
+        edges[series_id] = (width // _US, to_micros(floor_to(stop, width)))
+    return edges
+
+
+def per_sample(ids: Any, by_series: dict[int, int]) -> Any:
+    """``by_series``' value of each sample's series, for ``ids`` sorted by series."""
+    first = np.concatenate(([True], np.diff(ids) != 0))
+    counts = np.diff(np.concatenate((np.flatnonzero(first), [len(ids)])))
+    return np.repeat([by_series[int(series_id)] for series_id in ids[first].tolist()], counts)
 
 
 def chunk_starts(ids: Any, micros: Any, width_us: Any, stored: dict[ChunkKey, StoredChunk]) -> Any:

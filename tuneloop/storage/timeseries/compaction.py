@@ -28,7 +28,17 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 import numpy as np
-from sqlalchemy import BigInteger, Connection, Engine, Table, delete, insert, select, tuple_
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Engine,
+    Table,
+    delete,
+    func,
+    insert,
+    select,
+    tuple_,
+)
 from sqlalchemy.sql.expression import type_coerce
 
 from tuneloop.settings import get_settings
@@ -43,7 +53,8 @@ from tuneloop.storage.timeseries.chunk_assembly import (
     chunk_rows,
     chunk_starts,
     floor_to,
-    sample_widths,
+    per_sample,
+    series_edges,
 )
 from tuneloop.storage.timeseries.chunk_codec import decode_chunk
 from tuneloop.storage.timeseries.partitions import ensure_chunk_partitions
@@ -246,22 +257,35 @@ def _compact_unit(
             # stays raw for the next pass instead of being deleted unread.
             connection.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         hold_write_lock(connection)
-        in_unit = (
-            samples.c.series_id.in_(batch),
-            samples.c.ts >= start,
-            samples.c.ts < stop,
-        )
-        ids, micros, values = _raw(connection, in_unit)
-        if not len(ids):
+        counts = _raw_counts(connection, batch, start, stop)
+        if not counts:
             return
         stored = _stored(connection, batch, start, stop)
-        width_us, closed_us = sample_widths(ids, stored, start, stop, layout)
-        keep = micros < closed_us
-        if not keep.all():
-            ids, micros, values = ids[keep], micros[keep], values[keep]
-            width_us, closed_us = width_us[keep], closed_us[keep]
+        # Only the rows of closed spans are read (and then deleted): a series' span wider than
+        # the base one stays rows, unread, until it closes; passes run every minute.
+        edges = series_edges(counts, stored, start, stop, layout)
+        by_edge: dict[int, list[int]] = {}
+        for series_id, (_width, edge) in edges.items():
+            if edge > to_micros(start):
+                by_edge.setdefault(edge, []).append(series_id)
+        if not by_edge:
+            return
+        # One statement per edge, each a range search of the (series_id, ts) key per series.
+        reads = [
+            (
+                samples.c.series_id.in_(group),
+                samples.c.ts >= start,
+                samples.c.ts < from_micros(edge),
+            )
+            for edge, group in sorted(by_edge.items())
+        ]
+        parts = [_raw(connection, read) for read in reads]
+        # Each part is sorted by (series_id, ts) and holds its series whole.
+        order = np.argsort(np.concatenate([part[0] for part in parts]), kind="stable")
+        ids, micros, values = (np.concatenate([part[i] for part in parts])[order] for i in range(3))
         if not len(ids):
             return
+        width_us = per_sample(ids, {series_id: width for series_id, (width, _) in edges.items()})
         spans = chunk_starts(ids, micros, width_us, stored)
         merging = {key for key in chunk_keys(ids, spans) if key in stored}
         existing = _decoded(connection, merging)
@@ -273,22 +297,23 @@ def _compact_unit(
                 )
             )
         connection.execute(insert(sample_chunks), rows)
-        # Exactly the rows chunked: per series, those before its closed edge.
-        first = np.concatenate(([True], np.diff(ids) != 0))
-        by_edge: dict[int, list[int]] = {}
-        for series_id, edge in zip(ids[first].tolist(), closed_us[first].tolist(), strict=True):
-            by_edge.setdefault(edge, []).append(series_id)
-        for edge, group in by_edge.items():
-            connection.execute(
-                delete(samples).where(
-                    samples.c.series_id.in_(group),
-                    samples.c.ts >= start,
-                    samples.c.ts < from_micros(edge),
-                )
-            )
+        for read in reads:  # exactly the rows read, which are all chunked
+            connection.execute(delete(samples).where(*read))
     totals.chunks += len(rows)
     totals.samples += len(ids)
     totals.late += late
+
+
+def _raw_counts(
+    connection: Connection, batch: Sequence[int], start: datetime, stop: datetime
+) -> dict[int, int]:
+    """Raw rows per series of ``batch`` in ``[start, stop)``: the key's index alone."""
+    rows = connection.execute(
+        select(samples.c.series_id, func.count())
+        .where(samples.c.series_id.in_(batch), samples.c.ts >= start, samples.c.ts < stop)
+        .group_by(samples.c.series_id)
+    )
+    return {int(series_id): int(count) for series_id, count in rows}
 
 
 def _raw(connection: Connection, conditions: Sequence[Any]) -> tuple[Any, Any, Any]:
