@@ -116,3 +116,29 @@ def test_a_late_sample_joins_a_widened_chunk(engine: Engine) -> None:
     assert spans(engine) == {(8, 16)}
     assert counts(engine)[:2] == (0, 12)
     assert every_read(engine, project) == expected
+
+
+def test_a_store_of_one_hour_chunks_goes_on_with_wider_ones(engine: Engine) -> None:
+    # One-hour chunks until 10:00 (as written before widening), then 12-hour spans: the span
+    # [00:00, 12:00) takes in the stored chunk at 00:00 if any and overlaps the others' time,
+    # never their samples.
+    project = make_project(engine)
+    write(engine, project, fleet(start=T.replace(hour=0), hours=15))
+    before = every_read(engine, project)
+    total = counts(engine)[0]
+    hourly = compact(
+        engine, hot_window=timedelta(0), now=T.replace(hour=10), min_samples=1, after_rollups=False
+    )
+    assert hourly.chunks_written == 12 * 10
+
+    # 3,600 samples in the day, 150 an hour: 1,500 need 10 hours, so 12-hour spans.
+    report = compact(
+        engine, hot_window=timedelta(0), now=NOW, min_samples=1500, after_rollups=False
+    )
+
+    assert report.samples_compacted == total - 12 * 10 * 240
+    assert spans(engine) == {(hour, hour + 1) for hour in range(1, 10)} | {(0, 12), (12, 24)}
+    assert counts(engine) == (0, 12 * 11, total)
+    assert every_read(engine, project) == before
+    again = compact(engine, hot_window=timedelta(0), now=NOW, min_samples=1500, after_rollups=False)
+    assert again.chunks_written == 0
