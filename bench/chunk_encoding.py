@@ -5,7 +5,8 @@
    with up to 900 ms of jitter; kinds: integer utilization, temperature, a noisy full-precision
    power reading, an energy counter, clocks) encoded two ways, on PostgreSQL, as bytes on disk
    per sample (``pg_total_relation_size`` after ``VACUUM``, table, TOAST and primary key):
-   ``sample_chunks`` with pcodec blobs (what the store writes), and the alternative the issue
+   ``sample_chunks`` with pcodec blobs (what the store writes: one-hour chunks, and chunks
+   widened to ``chunk_min_samples``, here a day), and the alternative the issue
    names, the timestamps and values as ``int8[]`` / ``float8[]`` columns compressed by lz4 in
    TOAST. Also pcodec's own bytes per sample, per kind.
 2. Compaction speed, on PostgreSQL and SQLite: samples written through ``SampleWriter``, then
@@ -38,6 +39,7 @@ from sqlalchemy import Engine, text
 sys.path.insert(0, str(Path(__file__).parent))
 from storage_write import DEFAULT_URL, new_project, scratch_database
 
+from tuneloop.settings import get_settings
 from tuneloop.storage import make_engine
 from tuneloop.storage.models import metadata
 from tuneloop.storage.timeseries.chunk_codec import encode_chunk
@@ -143,7 +145,11 @@ WHERE c.relkind = 'r' AND (c.relname = :name OR c.relname LIKE :prefix)
 """
 
 
-def encoding_on_postgres(url: str, batches: list[SeriesBatch], samples: int) -> dict[str, float]:
+def encoding_on_postgres(
+    url: str, batches: list[SeriesBatch], samples: int, min_samples: int
+) -> dict[str, float]:
+    """Bytes per sample of ``sample_chunks`` compacted with ``min_samples`` (1: one-hour
+    chunks; the default: widened, here one chunk per series and day) and of ``chunk_arrays``."""
     with scratch_database(url) as scratch:
         engine = make_engine(scratch)
         metadata.create_all(engine)
@@ -151,7 +157,13 @@ def encoding_on_postgres(url: str, batches: list[SeriesBatch], samples: int) -> 
         with engine.begin() as connection:
             connection.exec_driver_sql(ARRAYS_DDL)
             connection.execute(text(ARRAYS_FILL))
-        compact(engine, hot_window=timedelta(0), now=START + timedelta(days=2), after_rollups=False)
+        compact(
+            engine,
+            hot_window=timedelta(0),
+            now=START + timedelta(days=2),
+            after_rollups=False,
+            min_samples=min_samples,
+        )
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
             connection.execute(text("VACUUM"))
             sizes = {
@@ -199,10 +211,11 @@ def main() -> None:
     print("\npcodec bytes per sample, by kind (timestamps, values):")
     for kind, (ts, values) in codec_bytes(batches).items():
         print(f"  {kind:40s} {ts:5.2f} {values:5.2f}  total {ts + values:5.2f}")
-    sizes = encoding_on_postgres(args.url, batches, samples)
     print("\nPostgreSQL bytes on disk per sample (table + TOAST + primary key, after VACUUM):")
-    for name, size in sizes.items():
-        print(f"  {name:15s} {size:6.2f}")
+    least = get_settings().chunk_min_samples
+    for label, min_samples in (("one-hour chunks", 1), (f"chunk_min_samples={least}", least)):
+        for name, size in encoding_on_postgres(args.url, batches, samples, min_samples).items():
+            print(f"  {name:15s} {size:6.2f}  ({label})")
 
     speeds: dict[str, dict[str, list[float]]] = {"postgresql": {}, "sqlite": {}}
     with scratch_database(args.url) as scratch, tempfile.TemporaryDirectory() as folder:

@@ -87,7 +87,11 @@ class Settings(BaseSettings):
     """Hot window: samples younger than this stay rows; older closed chunk spans are compacted
     (docs/storage.md, "Compacted chunks")."""
     chunk_span_s: int = Field(default=3600, ge=60, le=86_400)
-    """Width of one compacted chunk; divides a day, so a chunk never straddles a partition."""
+    """Width of the narrowest compacted chunk; divides a day, so a chunk never straddles a
+    partition."""
+    chunk_min_samples: int = Field(default=2000, ge=1, le=10_000_000)
+    """A series' chunks are widened (multiples of ``chunk_span_s`` dividing a day, a day at most)
+    until one holds about this many samples at the series' rate; 1 keeps them all one span wide."""
     maintenance_interval_s: float = Field(default=60.0, gt=0)
     """How often rollups and retention run."""
     tuner_interval_s: float = Field(default=10.0, gt=0)

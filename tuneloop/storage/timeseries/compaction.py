@@ -1,6 +1,8 @@
 """Compaction: closed chunk spans of raw samples become one ``sample_chunks`` row each.
 
-A span (``chunk_span_s`` wide, aligned to the epoch) is compacted once it ends before both
+A span (aligned to the epoch; ``chunk_span_s`` wide, or a multiple of it for a series that
+needs more to fill a chunk of ``chunk_min_samples``: :mod:`.chunk_widths`; every width divides a
+day) is compacted once it ends before both
 ``now - hot_window`` and the 1-minute rollup's watermark less the rollups' lateness margin: the
 rollups and PostgreSQL's dashboard functions, which read raw rows only after that watermark,
 never need a chunk. Work goes by batches of series and by day (never across a partition), each
@@ -26,13 +28,35 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 import numpy as np
-from sqlalchemy import BigInteger, Connection, Engine, Table, delete, insert, select, tuple_
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Engine,
+    Table,
+    delete,
+    func,
+    insert,
+    select,
+    tuple_,
+)
 from sqlalchemy.sql.expression import type_coerce
 
 from tuneloop.settings import get_settings
 from tuneloop.storage.locks import LockName, hold_write_lock, session_lock
 from tuneloop.storage.models import Series, sample_chunks, samples
-from tuneloop.storage.timeseries.chunk_codec import decode_chunk, encode_chunk
+from tuneloop.storage.timeseries.chunk_assembly import (
+    ChunkKey,
+    DecodedChunk,
+    Layout,
+    StoredChunk,
+    chunk_keys,
+    chunk_rows,
+    chunk_starts,
+    floor_to,
+    per_sample,
+    series_edges,
+)
+from tuneloop.storage.timeseries.chunk_codec import decode_chunk
 from tuneloop.storage.timeseries.partitions import ensure_chunk_partitions
 from tuneloop.storage.timeseries.reclaim import reclaim_partitions
 from tuneloop.storage.timeseries.rollups import DEFAULT_LATENESS_S, MINUTE_S, read_watermarks
@@ -41,7 +65,6 @@ from tuneloop.storage.types import from_micros, to_micros, utcnow
 
 _series = cast(Table, Series.__table__)
 _DAY = timedelta(days=1)
-_DAY_US = 86_400_000_000
 
 
 @dataclass(frozen=True)
@@ -70,11 +93,14 @@ def compact(
     progress: Callable[[str], None] | None = None,
     after_rollups: bool = True,
     span: timedelta | None = None,
+    min_samples: int | None = None,
 ) -> CompactionReport:
     """Compact every closed chunk span older than ``now - hot_window`` (the setting
     ``compact_after_s`` when ``None``) and, with ``after_rollups``, than the 1-minute rollup's
     watermark (nothing while the rollups have never run). ``after_rollups=False`` is for a store
-    whose rollups are not used; ``span`` overrides the setting ``chunk_span_s``. One pass at a
+    whose rollups are not used; ``span`` overrides the setting ``chunk_span_s`` (the narrowest
+    chunk) and ``min_samples`` ``chunk_min_samples`` (a series' chunks are widened until one holds
+    that many at its rate: :mod:`.chunk_widths`; 1 keeps every chunk ``span`` wide). One pass at a
     time (a second returns at once, having done nothing). On PostgreSQL it then truncates the
     ``samples`` partitions wholly before the cutoff that it left without a row (:mod:`.reclaim`).
     Idempotent; safe to interrupt. A ``Connection`` given must not be in a transaction: each
@@ -83,12 +109,15 @@ def compact(
     settings = get_settings()
     hot = timedelta(seconds=settings.compact_after_s) if hot_window is None else hot_window
     width = timedelta(seconds=settings.chunk_span_s) if span is None else span
+    least = settings.chunk_min_samples if min_samples is None else min_samples
     if hot < timedelta(0):
         raise ValueError(f"hot_window must not be negative, got {hot}")
     if batch_series < 1:
         raise ValueError(f"batch_series must be >= 1, got {batch_series}")
     if width < timedelta(minutes=1) or _DAY % width:
         raise ValueError(f"a chunk span must divide a day, got {width}")
+    if least < 1:
+        raise ValueError(f"min_samples must be >= 1, got {least}")
     now = utcnow() if now is None else now
     if now.tzinfo is None:
         raise ValueError("naive datetime: tuneloop timestamps must be timezone-aware")
@@ -102,9 +131,14 @@ def compact(
         elif cutoff is None:
             say("nothing to compact: the 1-minute rollups have not run yet")
         else:
-            say(f"compacting samples before {cutoff.isoformat()} in {width} chunks")
-            _run(connection, cutoff, width, batch_series, totals, say)
-            # Everything before the cutoff is compacted now: give back what it held.
+            say(
+                f"compacting samples before {cutoff.isoformat()} in chunks of {width} or wider"
+                f" (about {least} samples a chunk)"
+            )
+            _run(connection, cutoff, Layout(width, least), batch_series, totals, say)
+            # Every day wholly before the cutoff is compacted now (each chunk width divides a
+            # day; only the cutoff's own day may keep rows of spans not closed yet): give back
+            # what it held.
             reclaimed = len(reclaim_partitions(connection, cutoff, say))
     report = CompactionReport(
         totals.chunks, totals.samples, totals.late, time.monotonic() - began, reclaimed
@@ -138,13 +172,13 @@ def _cutoff(
         if watermark is None:
             return None
         edge = min(edge, watermark - timedelta(seconds=DEFAULT_LATENESS_S))
-    return _floor(edge, width)
+    return floor_to(edge, width)
 
 
 def _run(
     connection: Connection,
     cutoff: datetime,
-    width: timedelta,
+    layout: Layout,
     batch_series: int,
     totals: _Totals,
     say: Callable[[str], None],
@@ -155,7 +189,7 @@ def _run(
         while day is not None:
             stop = min(day + _DAY, cutoff)
             _ensure_partitions(connection, day, stop)
-            _compact_unit(connection, batch, day, stop, width, totals)
+            _compact_unit(connection, batch, day, stop, layout, totals)
             # The next day that has raw samples: a gap of months costs one probe, not a loop.
             day = _oldest(connection, batch, stop, cutoff)
         done += len(batch)
@@ -196,7 +230,7 @@ def _oldest(
     rows = connection.execute(select(first).where(_series.c.id.in_(batch))).scalars().all()
     _end(connection)
     found = [ts for ts in rows if ts is not None]
-    return _floor(min(found), _DAY) if found else None
+    return floor_to(min(found), _DAY) if found else None
 
 
 def _ensure_partitions(connection: Connection, start: datetime, end: datetime) -> None:
@@ -211,41 +245,75 @@ def _compact_unit(
     batch: Sequence[int],
     start: datetime,
     stop: datetime,
-    width: timedelta,
+    layout: Layout,
     totals: _Totals,
 ) -> None:
-    """One transaction: the raw rows of ``batch`` in ``[start, stop)`` into chunks."""
+    """One transaction: the raw rows of ``batch`` in ``[start, stop)`` into chunks, each series'
+    as wide as :mod:`.chunk_widths` says; rows of a span of that width not closed by ``stop``
+    stay raw for a later pass."""
     with connection.begin():
         if connection.dialect.name == "postgresql":
             # The deletes then see only the rows this unit read: a sample written meanwhile
             # stays raw for the next pass instead of being deleted unread.
             connection.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         hold_write_lock(connection)
-        in_unit = (
-            samples.c.series_id.in_(batch),
-            samples.c.ts >= start,
-            samples.c.ts < stop,
-        )
-        ids, micros, values = _raw(connection, in_unit)
+        counts = _raw_counts(connection, batch, start, stop)
+        if not counts:
+            return
+        stored = _stored(connection, batch, start, stop)
+        # Only the rows of closed spans are read (and then deleted): a series' span wider than
+        # the base one stays rows, unread, until it closes; passes run every minute.
+        edges = series_edges(counts, stored, start, stop, layout)
+        by_edge: dict[int, list[int]] = {}
+        for series_id, (_width, edge) in edges.items():
+            if edge > to_micros(start):
+                by_edge.setdefault(edge, []).append(series_id)
+        if not by_edge:
+            return
+        # One statement per edge, each a range search of the (series_id, ts) key per series.
+        reads = [
+            (
+                samples.c.series_id.in_(group),
+                samples.c.ts >= start,
+                samples.c.ts < from_micros(edge),
+            )
+            for edge, group in sorted(by_edge.items())
+        ]
+        parts = [_raw(connection, read) for read in reads]
+        # Each part is sorted by (series_id, ts) and holds its series whole.
+        order = np.argsort(np.concatenate([part[0] for part in parts]), kind="stable")
+        ids, micros, values = (np.concatenate([part[i] for part in parts])[order] for i in range(3))
         if not len(ids):
             return
-        existing = _existing(connection, batch, start, stop)
-        rows, late = _chunk_rows(ids, micros, values, width, existing)
-        if existing:
-            keys = [
-                key for key in existing if key in {(r["series_id"], r["start_ts"]) for r in rows}
-            ]
-            if keys:
-                connection.execute(
-                    delete(sample_chunks).where(
-                        tuple_(sample_chunks.c.series_id, sample_chunks.c.start_ts).in_(keys)
-                    )
+        width_us = per_sample(ids, {series_id: width for series_id, (width, _) in edges.items()})
+        spans = chunk_starts(ids, micros, width_us, stored)
+        merging = {key for key in chunk_keys(ids, spans) if key in stored}
+        existing = _decoded(connection, merging)
+        rows, late = chunk_rows(ids, micros, values, spans, width_us, existing)
+        if merging:
+            connection.execute(
+                delete(sample_chunks).where(
+                    tuple_(sample_chunks.c.series_id, sample_chunks.c.start_ts).in_(sorted(merging))
                 )
+            )
         connection.execute(insert(sample_chunks), rows)
-        connection.execute(delete(samples).where(*in_unit))
+        for read in reads:  # exactly the rows read, which are all chunked
+            connection.execute(delete(samples).where(*read))
     totals.chunks += len(rows)
     totals.samples += len(ids)
     totals.late += late
+
+
+def _raw_counts(
+    connection: Connection, batch: Sequence[int], start: datetime, stop: datetime
+) -> dict[int, int]:
+    """Raw rows per series of ``batch`` in ``[start, stop)``: the key's index alone."""
+    rows = connection.execute(
+        select(samples.c.series_id, func.count())
+        .where(samples.c.series_id.in_(batch), samples.c.ts >= start, samples.c.ts < stop)
+        .group_by(samples.c.series_id)
+    )
+    return {int(series_id): int(count) for series_id, count in rows}
 
 
 def _raw(connection: Connection, conditions: Sequence[Any]) -> tuple[Any, Any, Any]:
@@ -267,18 +335,31 @@ def _raw(connection: Connection, conditions: Sequence[Any]) -> tuple[Any, Any, A
     return ids, times, values
 
 
-@dataclass(frozen=True)
-class _Stored:
-    """A chunk already stored, decoded."""
-
-    end: datetime
-    times: Any
-    values: Any
-
-
-def _existing(
+def _stored(
     connection: Connection, batch: Sequence[int], start: datetime, stop: datetime
-) -> dict[tuple[int, datetime], _Stored]:
+) -> dict[ChunkKey, StoredChunk]:
+    """The unit's stored chunks, without their blobs (only those merged into get decoded)."""
+    rows = connection.execute(
+        select(
+            sample_chunks.c.series_id,
+            sample_chunks.c.start_ts,
+            sample_chunks.c.end_ts,
+            sample_chunks.c.sample_count,
+        ).where(
+            sample_chunks.c.series_id.in_(batch),
+            sample_chunks.c.start_ts >= start,
+            sample_chunks.c.start_ts < stop,
+        )
+    )
+    return {
+        (int(row[0]), row[1]): StoredChunk(to_micros(row[1]), to_micros(row[2]), int(row[3]))
+        for row in rows
+    }
+
+
+def _decoded(connection: Connection, keys: set[ChunkKey]) -> dict[ChunkKey, DecodedChunk]:
+    if not keys:
+        return {}
     rows = connection.execute(
         select(
             sample_chunks.c.series_id,
@@ -286,74 +367,9 @@ def _existing(
             sample_chunks.c.end_ts,
             sample_chunks.c.ts_blob,
             sample_chunks.c.values_blob,
-        ).where(
-            sample_chunks.c.series_id.in_(batch),
-            sample_chunks.c.start_ts >= start,
-            sample_chunks.c.start_ts < stop,
-        )
+        ).where(tuple_(sample_chunks.c.series_id, sample_chunks.c.start_ts).in_(sorted(keys)))
     )
-    return {(row[0], row[1]): _Stored(row[2], *decode_chunk(row[3], row[4])) for row in rows}
-
-
-def _chunk_rows(
-    ids: Any,
-    micros: Any,
-    values: Any,
-    width: timedelta,
-    existing: dict[tuple[int, datetime], _Stored],
-) -> tuple[list[dict[str, Any]], int]:
-    """Chunk rows for raw samples sorted by (series_id, ts), merged into ``existing`` chunks;
-    and how many raw samples went into an existing chunk.
-
-    A sample inside a stored chunk goes into it even if that chunk has another width (the
-    span setting changed since); a new span starting where a narrower stored chunk starts
-    takes it in, the chunk's end moving out to the span's."""
-    width_us = width // timedelta(microseconds=1)
-    spans = micros - micros % width_us
-    for (series_id, chunk_start), chunk in existing.items():
-        low, high = to_micros(chunk_start), to_micros(chunk.end)
-        spans[(ids == series_id) & (micros >= low) & (micros < high)] = low
-    edges = np.flatnonzero((np.diff(ids) != 0) | (np.diff(spans) != 0)) + 1
-    starts = np.concatenate(([0], edges)).tolist()
-    stops = np.concatenate((edges, [len(ids)])).tolist()
-    rows: list[dict[str, Any]] = []
-    late = 0
-    for begin, end in zip(starts, stops, strict=True):
-        series_id, span_us = int(ids[begin]), int(spans[begin])
-        span_start, span_end = from_micros(span_us), from_micros(span_us + width_us)
-        ts_part, value_part = micros[begin:end], values[begin:end]
-        stored = existing.get((series_id, span_start))
-        if stored is not None:
-            late += end - begin
-            span_end = max(span_end, stored.end)
-            ts_part, value_part = _merged((stored.times, stored.values), (ts_part, value_part))
-        ts_blob, values_blob = encode_chunk(ts_part, value_part)
-        rows.append(
-            {
-                "series_id": series_id,
-                "start_ts": span_start,
-                "end_ts": span_end,
-                "sample_count": len(ts_part),
-                "ts_blob": ts_blob,
-                "values_blob": values_blob,
-            }
-        )
-    return rows, late
-
-
-def _merged(first: tuple[Any, Any], then: tuple[Any, Any]) -> tuple[Any, Any]:
-    """Both sample sets in time order; on an equal timestamp ``first``'s value stays."""
-    times = np.concatenate((first[0], then[0]))
-    values = np.concatenate((first[1], then[1]))
-    order = np.argsort(times, kind="stable")
-    times, values = times[order], values[order]
-    keep = np.concatenate(([True], np.diff(times) != 0))
-    return times[keep], values[keep]
-
-
-def _floor(value: datetime, width: timedelta) -> datetime:
-    width_us = width // timedelta(microseconds=1)
-    return from_micros(to_micros(value) // width_us * width_us)
+    return {(row[0], row[1]): DecodedChunk(row[2], *decode_chunk(row[3], row[4])) for row in rows}
 
 
 def _end(connection: Connection) -> None:
