@@ -42,8 +42,10 @@ from tuneloop.storage.timeseries.query import (
 )
 from tuneloop.storage.timeseries.sample_source import (
     SampleArrays,
+    any_chunked,
     compacted_inside,
     compacted_samples,
+    flag_chunked,
     sample_rows,
     with_raw,
 )
@@ -83,11 +85,11 @@ def _sample_range(source: FromClause, start_ms: int, end_ms: int) -> list[Column
 
 
 def _compacted(
-    connection: Connection, ids: Select[Any], start_ms: int, end_ms: int
+    connection: Connection, ids: Select[Any], start_ms: int, end_ms: int, chunked: bool = True
 ) -> SampleArrays | None:
     """The compacted samples in ``(start_ms, end_ms]``, ``None`` when no chunk overlaps."""
     bounds = (from_micros(start_ms * 1000), from_micros(end_ms * 1000))
-    found = compacted_samples(connection, ids, [bounds])
+    found = compacted_samples(connection, ids, [bounds], chunked=chunked)
     return None if found is None else found.take(found.micros > start_ms * 1000)
 
 
@@ -139,7 +141,12 @@ def read(
     here). :class:`TooManySeries` past ``max_series``, before any sample."""
     dialect = connection.dialect.name
     conditions = _conditions(dialect, project_id, matchers)
-    statement = select(_series.c.id, _series.c.metric, _series.c.labels).where(*conditions)
+    bounds = (from_micros(start_ms * 1000), from_micros(end_ms * 1000))
+    statement = flag_chunked(
+        connection,
+        select(_series.c.id, _series.c.metric, _series.c.labels).where(*conditions),
+        [bounds],
+    )
     if max_series is not None:
         statement = statement.limit(max_series + 1)
     with regex_errors():
@@ -150,7 +157,7 @@ def read(
         return []
     ids = select(_series.c.id).where(*conditions)
     with regex_errors():
-        compacted = _compacted(connection, ids, start_ms, end_ms)
+        compacted = _compacted(connection, ids, start_ms, end_ms, any_chunked(found))
     in_range = [samples.c.series_id.in_(ids), *_sample_range(samples, start_ms, end_ms)]
     info = {row.id: {**row.labels, METRIC_LABEL: row.metric} for row in found}
     if dialect == "postgresql":
