@@ -226,8 +226,19 @@ def flag_chunked(
     statement). Pass :func:`any_chunked` of its rows as ``chunked`` to the read's source."""
     if not has_chunks_table(connection):
         return lookup.add_columns(literal(False).label(CHUNKED))
-    probe = exists().where(sample_chunks.c.series_id == _series.c.id, overlapping(ranges))
-    return lookup.add_columns(probe.label(CHUNKED))
+    overlaps = []
+    for start, end in ranges:
+        # A series' chunks do not overlap: one meets [start, end] if the newest to start by
+        # ``end`` ends after ``start``. One index entry and one row per series, where an
+        # EXISTS over the day before ``start`` read every chunk of that day.
+        newest = select(sample_chunks.c.end_ts).where(sample_chunks.c.series_id == _series.c.id)
+        if end is not None:
+            newest = newest.where(sample_chunks.c.start_ts <= end)
+        if start is not None:  # keeps PostgreSQL's older partitions out of the scan
+            newest = newest.where(sample_chunks.c.start_ts > start - MAX_CHUNK_SPAN)
+        end_ts = newest.order_by(sample_chunks.c.start_ts.desc()).limit(1).scalar_subquery()
+        overlaps.append(end_ts.is_not(None) if start is None else end_ts > start)
+    return lookup.add_columns((or_(*overlaps) if overlaps else false()).label(CHUNKED))
 
 
 def any_chunked(rows: Sequence[Any]) -> bool:
