@@ -4,9 +4,10 @@ Every read of samples takes its table from :func:`sample_rows`. When no compacte
 series read overlaps the range (the common case: the tuner, actuators and alerts read the hot
 window, which is never compacted) it is ``samples`` itself, so the statement is exactly the one
 the store ran before chunks existed; the price is one probe of the chunks' primary key. A read
-that looks its series up first adds that probe to its lookup (:func:`flag_chunked`) instead of
-running it as a statement of its own, which cost a short read a sixth of its time. When
-chunks overlap, they are decoded here (pcodec has no SQL decoder) into a per-connection
+that looks its series up first adds that probe to its lookup (:func:`flag_chunked`) instead
+of running it as a statement of its own, which cost a short read a third of its time or more
+(BENCHMARKS.md, "Reads over compacted data"). When chunks overlap, reads that aggregate in
+SQL get them decoded here (pcodec has no SQL decoder) into a per-connection
 temporary table, ``COPY`` on PostgreSQL and one ``executemany`` on SQLite, and the read selects
 ``raw UNION ALL decoded`` with the columns (series_id, ts, value) of ``samples``. A raw row
 whose (series_id, ts) a chunk already holds is a late duplicate, which ``ON CONFLICT DO
