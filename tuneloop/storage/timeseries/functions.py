@@ -356,12 +356,14 @@ def _increases(
     """Each matching series that has points, with its (bucket start in µs, increase) points."""
     with use_connection(bind) as connection:
         dialect = connection.dialect.name
-        matching, ids = matched_series(connection, project_id, metric, matchers, max_series)
+        scan = (grid.read_from - grid.max_gap, grid.read_to)
+        matching, ids, chunked = matched_series(
+            connection, project_id, metric, matchers, max_series, [scan]
+        )
         if not matching:
             return []
         with regex_errors():
-            scan = (grid.read_from - grid.max_gap, grid.read_to)
-            source = sample_rows(connection, ids, [scan])
+            source = sample_rows(connection, ids, [scan], chunked=chunked)
             rows = connection.execute(_slice_sums(dialect, source, ids, grid)).all()
     slices: dict[int, tuple[list[int], list[float]]] = {}
     for series_id, bucket_us, value in rows:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
@@ -44,15 +43,19 @@ from tuneloop.storage.timeseries.query_checks import (
     MAX_POINTS_PER_SERIES as MAX_POINTS_PER_SERIES,
 )
 from tuneloop.storage.timeseries.query_checks import check_aware, check_query
+from tuneloop.storage.timeseries.range_plan import Segment, plan_segments, rollup_tiers
 from tuneloop.storage.timeseries.rollups import (
-    ceil_time,
-    floor_time,
     merge,
     partial_rows,
-    read_watermarks,
     time_bucket,
 )
-from tuneloop.storage.timeseries.sample_source import newest_in_chunks, sample_rows
+from tuneloop.storage.timeseries.sample_source import (
+    TimeRange,
+    any_chunked,
+    flag_chunked,
+    newest_in_chunks,
+    sample_rows,
+)
 from tuneloop.storage.timeseries.types import (
     Aggregation,
     LatestSample,
@@ -108,13 +111,16 @@ def find_series(
     ``max_series`` match (reading at most one more than that)."""
     with use_connection(bind) as connection:
         conditions = series_conditions(connection.dialect.name, project_id, metric, matchers)
-        statement = (
-            select(_series.c.id, _series.c.metric, _series.c.labels, _series.c.kind)
-            .where(*conditions)
-            .order_by(_series.c.metric, _series.c.id)
-        )
-        rows = _capped_rows(connection, statement, max_series)
+        rows = _capped_rows(connection, _lookup(conditions), max_series)
     return [_series_info(row) for row in rows]
+
+
+def _lookup(conditions: list[ColumnElement[bool]]) -> Select[Any]:
+    return (
+        select(_series.c.id, _series.c.metric, _series.c.labels, _series.c.kind)
+        .where(*conditions)
+        .order_by(_series.c.metric, _series.c.id)
+    )
 
 
 def _capped_rows(
@@ -137,12 +143,19 @@ def matched_series(
     metric: str | None,
     matchers: Sequence[Matcher],
     max_series: int | None,
-) -> tuple[list[SeriesInfo], Select[Any]]:
+    ranges: Sequence[TimeRange] = (),
+) -> tuple[list[SeriesInfo], Select[Any], bool]:
     """What a read of samples covers: the matching series (:class:`TooManySeries` before any
-    sample is read) and the statement of their ids that the sample read selects with."""
-    matching = find_series(connection, project_id, metric, matchers, max_series=max_series)
+    sample is read), the statement of their ids that the sample read selects with, and
+    whether a chunk of theirs overlaps ``ranges`` (:func:`flag_chunked`: ``sample_rows``'s
+    ``chunked``)."""
     conditions = series_conditions(connection.dialect.name, project_id, metric, matchers)
-    return matching, select(_series.c.id).where(*conditions)
+    lookup = (
+        flag_chunked(connection, _lookup(conditions), ranges) if ranges else _lookup(conditions)
+    )
+    rows = _capped_rows(connection, lookup, max_series)
+    ids = select(_series.c.id).where(*conditions)
+    return [_series_info(row) for row in rows], ids, bool(ranges) and any_chunked(rows)
 
 
 def series_conditions(
@@ -225,16 +238,6 @@ def use_connection(bind: Bind) -> Iterator[Connection]:
 # --------------------------------------------------------------------------- range queries
 
 
-@dataclass(frozen=True, slots=True)
-class _Segment:
-    """A part of the query range served by one source."""
-
-    width_s: int | None
-    """Rollup bucket width in seconds; ``None`` for raw samples."""
-    start: datetime
-    end: datetime
-
-
 def query_range(
     bind: Bind,
     project_id: int,
@@ -258,55 +261,34 @@ def query_range(
     check_query(start, end, step_s, aggregation, q)
     with use_connection(bind) as connection:
         dialect = connection.dialect.name
-        matching, ids = matched_series(connection, project_id, metric, matchers, max_series)
+        if aggregation is Aggregation.QUANTILE:
+            raw: list[TimeRange] = [(start, end)]
+        else:
+            tiers = rollup_tiers(connection, step_s) if use_rollups else []
+            segments = plan_segments(start, end, tiers)
+            raw = [(s.start, s.end) for s in segments if s.width_s is None]
+        matching, ids, chunked = matched_series(
+            connection, project_id, metric, matchers, max_series, raw
+        )
         found = {info.id: info for info in matching}
         if not found:
             return []
+        source = sample_rows(connection, ids, raw, chunked=chunked) if raw else samples
         if aggregation is Aggregation.QUANTILE:
             assert q is not None
-            source = sample_rows(connection, ids, [(start, end)])
             statement = _quantile_statement(dialect, source, ids, start, end, step_s, q)
         else:
-            tiers = _tiers(connection, step_s) if use_rollups else []
-            segments = _plan(start, end, tiers)
-            raw = [(s.start, s.end) for s in segments if s.width_s is None]
-            source = sample_rows(connection, ids, raw) if raw else samples
             statement = _merged_statement(dialect, source, ids, segments, step_s, aggregation)
         with regex_errors():
             rows = connection.execute(statement).all()
     return _range_series(found, rows)
 
 
-def _tiers(connection: Connection, step_s: int) -> list[tuple[int, datetime]]:
-    """Rollups that can serve ``step_s`` (its width divides the step), coarsest first, with
-    their watermarks."""
-    watermarks = read_watermarks(connection)
-    return [
-        (width, watermarks[width])
-        for width in sorted(ROLLUP_TABLES, reverse=True)
-        if step_s % width == 0 and width in watermarks
-    ]
-
-
-def _plan(start: datetime, end: datetime, tiers: list[tuple[int, datetime]]) -> list[_Segment]:
-    """Cover ``[start, end)`` with whole rollup buckets where the coarsest complete rollup has
-    them, finer rollups at its edges, and raw samples for what is left."""
-    if start >= end:
-        return []
-    if not tiers:
-        return [_Segment(None, start, end)]
-    (width, watermark), finer = tiers[0], tiers[1:]
-    low, high = ceil_time(start, width), min(floor_time(end, width), watermark)
-    if high <= low:
-        return _plan(start, end, finer)
-    return [*_plan(start, low, finer), _Segment(width, low, high), *_plan(high, end, finer)]
-
-
 def _merged_statement(
     dialect: str,
     source: FromClause,
     ids: Select[Any],
-    segments: list[_Segment],
+    segments: list[Segment],
     step_s: int,
     aggregation: Aggregation,
 ) -> Select[Any]:
@@ -321,7 +303,7 @@ def _branch(
     dialect: str,
     source: FromClause,
     ids: Select[Any],
-    segment: _Segment,
+    segment: Segment,
     step_s: int,
     fields: Sequence[str],
 ) -> Select[Any]:

@@ -10,7 +10,7 @@ before anything is loaded.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.expression import type_coerce
 
-from tuneloop.storage.models import Series
+from tuneloop.storage.models import Series, samples
 from tuneloop.storage.timeseries.columns import Float64Array, Int64Array
 from tuneloop.storage.timeseries.query import (
     METRIC_LABEL,
@@ -40,7 +40,15 @@ from tuneloop.storage.timeseries.query import (
     regex_errors,
     series_conditions,
 )
-from tuneloop.storage.timeseries.sample_source import compacted_inside, sample_rows
+from tuneloop.storage.timeseries.sample_source import (
+    SampleArrays,
+    any_chunked,
+    compacted_inside,
+    compacted_samples,
+    flag_chunked,
+    sample_rows,
+    with_raw,
+)
 from tuneloop.storage.timeseries.types import Matcher, MatchOp
 from tuneloop.storage.types import from_micros
 
@@ -76,9 +84,13 @@ def _sample_range(source: FromClause, start_ms: int, end_ms: int) -> list[Column
     ]
 
 
-def _source(connection: Connection, ids: Select[Any], start_ms: int, end_ms: int) -> FromClause:
+def _compacted(
+    connection: Connection, ids: Select[Any], start_ms: int, end_ms: int, chunked: bool = True
+) -> SampleArrays | None:
+    """The compacted samples in ``(start_ms, end_ms]``, ``None`` when no chunk overlaps."""
     bounds = (from_micros(start_ms * 1000), from_micros(end_ms * 1000))
-    return sample_rows(connection, ids, [bounds])
+    found = compacted_samples(connection, ids, [bounds], chunked=chunked)
+    return None if found is None else found.take(found.micros > start_ms * 1000)
 
 
 def count_samples(
@@ -97,15 +109,21 @@ def count_samples(
         # Past the limit on whole chunks alone: refused without decoding anything.
         if compacted_inside(connection, ids, bounds) > limit:
             return limit + 1
-        source = _source(connection, ids, start_ms, end_ms)
-    bounded = (
-        select(source.c.series_id)
-        .where(source.c.series_id.in_(ids), *_sample_range(source, start_ms, end_ms))
-        .limit(limit + 1)
-        .subquery("bounded")
-    )
+        compacted = _compacted(connection, ids, start_ms, end_ms)
+    in_range = [samples.c.series_id.in_(ids), *_sample_range(samples, start_ms, end_ms)]
+    if compacted is None:
+        bounded = select(samples.c.series_id).where(*in_range).limit(limit + 1).subquery("bounded")
+        with regex_errors():
+            return int(connection.execute(select(func.count()).select_from(bounded)).scalar_one())
+    if len(compacted) > limit:
+        return limit + 1
+    # At most len(compacted) raw rows are late duplicates: reading that many more than the
+    # limit tells whether the read passes it.
+    keys = select(samples.c.series_id, _micros(connection.dialect.name, samples.c.ts))
     with regex_errors():
-        return int(connection.execute(select(func.count()).select_from(bounded)).scalar_one())
+        rows = connection.execute(keys.where(*in_range).limit(limit + 1 + len(compacted))).all()
+    raw = _arrays([row[0] for row in rows], [row[1] for row in rows], [0.0] * len(rows))
+    return min(len(with_raw(compacted, raw)), limit + 1)
 
 
 def read(
@@ -119,10 +137,16 @@ def read(
 ) -> list[RawSeries]:
     """Every series of ``project_id`` that ``matchers`` select, with its samples in
     ``(start_ms, end_ms]``; series without one are left out. One statement for the series,
-    one for their samples. :class:`TooManySeries` past ``max_series``, before any sample."""
+    one for their samples (and, when chunks hold some of them, one for the chunks, decoded
+    here). :class:`TooManySeries` past ``max_series``, before any sample."""
     dialect = connection.dialect.name
     conditions = _conditions(dialect, project_id, matchers)
-    statement = select(_series.c.id, _series.c.metric, _series.c.labels).where(*conditions)
+    bounds = (from_micros(start_ms * 1000), from_micros(end_ms * 1000))
+    statement = flag_chunked(
+        connection,
+        select(_series.c.id, _series.c.metric, _series.c.labels).where(*conditions),
+        [bounds],
+    )
     if max_series is not None:
         statement = statement.limit(max_series + 1)
     with regex_errors():
@@ -132,70 +156,108 @@ def read(
     if not found:
         return []
     ids = select(_series.c.id).where(*conditions)
-    source = _source(connection, ids, start_ms, end_ms)
-    in_range = [source.c.series_id.in_(ids), *_sample_range(source, start_ms, end_ms)]
+    with regex_errors():
+        compacted = _compacted(connection, ids, start_ms, end_ms, any_chunked(found))
+    in_range = [samples.c.series_id.in_(ids), *_sample_range(samples, start_ms, end_ms)]
+    info = {row.id: {**row.labels, METRIC_LABEL: row.metric} for row in found}
     if dialect == "postgresql":
-        return _packed(connection, source, found, in_range)
-    micros = type_coerce(source.c.ts, BigInteger)  # SQLite keeps integer microseconds
+        groups = _packed(connection, in_range)
+        if compacted is None:
+            out = [
+                RawSeries(info[series_id], micros // 1000, values)
+                for series_id, micros, values in groups
+                if series_id in info  # created after the lookup: left for the next query
+            ]
+            return _by_labels(out)
+        raw = _concatenated(list(groups))
+        return _by_labels(_split(info, with_raw(compacted, raw)))
     rows = connection.execute(
-        select(source.c.series_id, micros, source.c.value)
+        select(samples.c.series_id, _micros(dialect, samples.c.ts), samples.c.value)
         .where(*in_range)
-        .order_by(source.c.series_id, source.c.ts)
+        .order_by(samples.c.series_id, samples.c.ts)
     ).all()
-    return _grouped(found, rows)
+    raw = _arrays([row[0] for row in rows], [row[1] for row in rows], [row[2] for row in rows])
+    return _split(info, raw if compacted is None else with_raw(compacted, raw))
+
+
+def _micros(dialect: str, ts: ColumnElement[Any]) -> ColumnElement[Any]:
+    """``ts`` as integer microseconds since the epoch."""
+    if dialect == "postgresql":
+        return func.timestamptz_send(ts)  # bytes, turned into a number by :func:`_arrays`
+    return type_coerce(ts, BigInteger)  # SQLite keeps integer microseconds
 
 
 def _packed(
-    connection: Connection,
-    source: FromClause,
-    found: Sequence[Any],
-    in_range: list[ColumnElement[bool]],
-) -> list[RawSeries]:
-    """PostgreSQL packs each series' times and values into two byte strings of 8-byte
-    big-endian numbers (``timestamptz_send``: microseconds since 2000, ``float8send``): one
-    row per series instead of one per sample, read by numpy as they are, three times faster
-    than rows on a week of samples."""
+    connection: Connection, in_range: list[ColumnElement[bool]]
+) -> Iterator[tuple[int, Int64Array, Float64Array]]:
+    """Each series' (id, times in microseconds, values), oldest first. PostgreSQL packs each
+    series' times and values into two byte strings of 8-byte big-endian numbers
+    (``timestamptz_send``: microseconds since 2000, ``float8send``): one row per series
+    instead of one per sample, read by numpy as they are, three times faster than rows on a
+    week of samples."""
     empty = literal(b"", LargeBinary)
     statement = (
         select(
-            source.c.series_id,
-            func.string_agg(func.timestamptz_send(source.c.ts), empty, type_=LargeBinary),
-            func.string_agg(func.float8send(source.c.value), empty, type_=LargeBinary),
+            samples.c.series_id,
+            func.string_agg(func.timestamptz_send(samples.c.ts), empty, type_=LargeBinary),
+            func.string_agg(func.float8send(samples.c.value), empty, type_=LargeBinary),
         )
         .where(*in_range)
-        .group_by(source.c.series_id)
+        .group_by(samples.c.series_id)
     )
-    info = {row.id: {**row.labels, METRIC_LABEL: row.metric} for row in found}
-    out: list[RawSeries] = []
-    for series_id, packed_times, packed_values in connection.execute(statement):
-        labels = info.get(series_id)
-        if labels is None:  # created after the lookup: left for the next query
-            continue
+    with regex_errors():
+        result = connection.execute(statement).all()
+    for series_id, packed_times, packed_values in result:
         micros = np.frombuffer(packed_times, dtype=">i8").astype(np.int64) + _POSTGRES_EPOCH_US
-        times = micros // 1000
         values = np.frombuffer(packed_values, dtype=">f8").astype(np.float64)
         # Both aggregates see the group's rows in one order, not necessarily time order.
-        order = np.argsort(times, kind="stable")
-        out.append(RawSeries(labels, times[order], values[order]))
-    out.sort(key=lambda series: (series.labels[METRIC_LABEL], sorted(series.labels.items())))
+        order = np.argsort(micros, kind="stable")
+        yield int(series_id), micros[order], values[order]
+
+
+def _concatenated(groups: Sequence[tuple[int, Int64Array, Float64Array]]) -> SampleArrays:
+    if not groups:
+        return _arrays([], [], [])
+    return SampleArrays(
+        np.concatenate([np.full(len(micros), series_id) for series_id, micros, _ in groups]),
+        np.concatenate([micros for _, micros, _ in groups]),
+        np.concatenate([values for _, _, values in groups]),
+    )
+
+
+def _arrays(
+    series_ids: Sequence[int], micros: Sequence[Any], values: Sequence[float]
+) -> SampleArrays:
+    if micros and isinstance(micros[0], bytes):  # PostgreSQL's binary timestamps
+        stamps = np.frombuffer(b"".join(micros), dtype=">i8").astype(np.int64) + _POSTGRES_EPOCH_US
+    else:
+        stamps = np.fromiter(micros, dtype=np.int64, count=len(micros))
+    return SampleArrays(
+        np.fromiter(series_ids, dtype=np.int64, count=len(series_ids)),
+        stamps,
+        np.fromiter(values, dtype=np.float64, count=len(values)),
+    )
+
+
+def _split(info: dict[int, dict[str, str]], found: SampleArrays) -> list[RawSeries]:
+    """One :class:`RawSeries` per series of ``found`` (sorted by series and time) that
+    ``info`` knows; a series created after the lookup is left for the next query."""
+    if not len(found):
+        return []
+    bounds = np.flatnonzero(np.diff(found.series_ids)) + 1
+    starts = np.concatenate(([0], bounds))
+    stops = np.concatenate((bounds, [len(found)]))
+    times = found.micros // 1000
+    out: list[RawSeries] = []
+    for start, stop in zip(starts.tolist(), stops.tolist(), strict=True):
+        labels = info.get(int(found.series_ids[start]))
+        if labels is not None:
+            out.append(RawSeries(labels, times[start:stop], found.values[start:stop]))
     return out
 
 
-def _grouped(found: Sequence[Any], rows: Sequence[Any]) -> list[RawSeries]:
-    if not rows:
-        return []
-    series_ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
-    times = np.fromiter((row[1] for row in rows), dtype=np.int64, count=len(rows)) // 1000
-    values = np.fromiter((row[2] for row in rows), dtype=np.float64, count=len(rows))
-    bounds = np.flatnonzero(np.diff(series_ids)) + 1
-    starts = np.concatenate(([0], bounds))
-    stops = np.concatenate((bounds, [len(rows)]))
-    info = {row.id: {**row.labels, METRIC_LABEL: row.metric} for row in found}
-    out: list[RawSeries] = []
-    for start, stop in zip(starts.tolist(), stops.tolist(), strict=True):
-        labels = info.get(int(series_ids[start]))
-        if labels is not None:  # created after the lookup: left for the next query
-            out.append(RawSeries(labels, times[start:stop], values[start:stop]))
+def _by_labels(out: list[RawSeries]) -> list[RawSeries]:
+    out.sort(key=lambda series: (series.labels[METRIC_LABEL], sorted(series.labels.items())))
     return out
 
 

@@ -3,8 +3,11 @@
 Every read of samples takes its table from :func:`sample_rows`. When no compacted chunk of the
 series read overlaps the range (the common case: the tuner, actuators and alerts read the hot
 window, which is never compacted) it is ``samples`` itself, so the statement is exactly the one
-the store ran before chunks existed; the price is one probe of the chunks' primary key. When
-chunks overlap, they are decoded here (pcodec has no SQL decoder) into a per-connection
+the store ran before chunks existed; the price is one probe of the chunks' primary key. A read
+that looks its series up first adds that probe to its lookup (:func:`flag_chunked`) instead
+of running it as a statement of its own, which cost a short read a third of its time or more
+(BENCHMARKS.md, "Reads over compacted data"). When chunks overlap, reads that aggregate in
+SQL get them decoded here (pcodec has no SQL decoder) into a per-connection
 temporary table, ``COPY`` on PostgreSQL and one ``executemany`` on SQLite, and the read selects
 ``raw UNION ALL decoded`` with the columns (series_id, ts, value) of ``samples``. A raw row
 whose (series_id, ts) a chunk already holds is a late duplicate, which ``ON CONFLICT DO
@@ -13,13 +16,20 @@ NOTHING`` would have dropped: the chunk's value, stored first, is the one seen.
 The temporary table is emptied before every fill (not at commit: a read on an autocommit
 connection runs its fill and its select in transactions of their own), so use one source per
 statement (a read that needs several time ranges passes them all in one call).
+
+Reads that return samples as they are rather than aggregate them in SQL (the raw reads of
+:mod:`.raw`) skip the temporary table: :func:`compacted_samples` decodes the chunks into numpy
+arrays and :func:`with_raw` merges them with the raw rows the read selected from ``samples``,
+under the same rule for late duplicates. At 100 series x 1 hour that is a third of the time
+of the temporary table (BENCHMARKS.md, "Reads over compacted data").
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from sqlalchemy import (
@@ -45,8 +55,9 @@ from sqlalchemy import (
     union_all,
 )
 
-from tuneloop.storage.models import sample_chunks, samples
+from tuneloop.storage.models import Series, sample_chunks, samples
 from tuneloop.storage.timeseries.chunk_codec import decode_chunk
+from tuneloop.storage.timeseries.columns import Float64Array, Int64Array
 from tuneloop.storage.timeseries.samples_postgres import copy_arrays
 from tuneloop.storage.timeseries.samples_sqlite import insert_arrays
 from tuneloop.storage.types import UTCDateTime, from_micros, to_micros
@@ -59,6 +70,9 @@ TimeRange = tuple[datetime | None, datetime | None]
 
 Ids = Select[Any] | Sequence[int]
 
+CHUNKED = "chunked"
+"""The column :func:`flag_chunked` adds to a series lookup."""
+_series = cast(Table, Series.__table__)
 _HAS_CHUNKS = "tuneloop.sample_chunks"
 _TEMP_NAME = "tl_chunk_samples"
 _temp = Table(
@@ -80,15 +94,21 @@ _CREATE = {
 
 
 def sample_rows(
-    connection: Connection, ids: Ids, ranges: Sequence[TimeRange], *, presence_only: bool = False
+    connection: Connection,
+    ids: Ids,
+    ranges: Sequence[TimeRange],
+    *,
+    presence_only: bool = False,
+    chunked: bool = True,
 ) -> FromClause:
     """A selectable with the columns of ``samples`` holding every sample of the series ``ids``
     selects within ``ranges``: ``samples`` itself unless a chunk overlaps them.
 
     ``presence_only``: the read only asks whether a series has a sample in the range (one
     range), so a chunk wholly inside it stands for its samples as one row at its start, value
-    0, without being decoded; only the chunks at the range's edges are."""
-    if not has_chunks_table(connection):
+    0, without being decoded; only the chunks at the range's edges are. ``chunked=False``: the
+    read's series lookup found no chunk in the ranges (:func:`any_chunked`), so no probe."""
+    if not chunked or not has_chunks_table(connection):
         return samples
     wanted = [sample_chunks.c.series_id.in_(ids), overlapping(ranges)]
     if presence_only:
@@ -124,6 +144,107 @@ def sample_rows(
         ).where(sample_chunks.c.series_id.in_(ids), overlapping(ranges), inside)
         branches.append(whole)
     return union_all(*branches).subquery("chunked_samples")
+
+
+@dataclass(frozen=True, slots=True)
+class SampleArrays:
+    """Samples as three parallel arrays: series ids, times in microseconds, values."""
+
+    series_ids: Int64Array
+    micros: Int64Array
+    values: Float64Array
+
+    def __len__(self) -> int:
+        return len(self.micros)
+
+    def take(self, which: Any) -> SampleArrays:
+        """The samples an index array or boolean mask selects."""
+        return SampleArrays(self.series_ids[which], self.micros[which], self.values[which])
+
+
+def compacted_samples(
+    connection: Connection, ids: Ids, ranges: Sequence[TimeRange], *, chunked: bool = True
+) -> SampleArrays | None:
+    """The samples the chunks of the series ``ids`` selects hold within ``ranges`` (inclusive
+    bounds), decoded, sorted by series and time; ``None`` when no chunk overlaps the ranges
+    (one probe of the chunks' key, none with ``chunked=False`` as in :func:`sample_rows`), and
+    the read takes ``samples`` alone, as before chunks existed. Merge them with the read's raw
+    rows by :func:`with_raw`."""
+    if not chunked or not has_chunks_table(connection):
+        return None
+    found = connection.execute(
+        select(
+            sample_chunks.c.series_id,
+            sample_chunks.c.start_ts,
+            sample_chunks.c.ts_blob,
+            sample_chunks.c.values_blob,
+        ).where(sample_chunks.c.series_id.in_(ids), overlapping(ranges))
+    ).all()
+    if not found:
+        return None
+    # A series' chunks never overlap, so chunks in (series, start) order decode in sample order.
+    chunks = sorted(found, key=lambda chunk: (chunk[0], chunk[1]))
+    series_parts, micros_parts, value_parts = [], [], []
+    for series_id, _, ts_blob, values_blob in chunks:
+        micros, values = decode_chunk(ts_blob, values_blob)
+        keep = _mask(micros, ranges)
+        series_parts.append(np.full(int(keep.sum()), series_id, dtype=np.int64))
+        micros_parts.append(micros[keep])
+        value_parts.append(values[keep])
+    return SampleArrays(
+        np.concatenate(series_parts), np.concatenate(micros_parts), np.concatenate(value_parts)
+    )
+
+
+def with_raw(compacted: SampleArrays, raw: SampleArrays) -> SampleArrays:
+    """The samples a read sees: ``compacted`` (from :func:`compacted_samples`) and the raw
+    rows ``raw`` the read selected from ``samples`` over the same ranges, sorted by series and
+    time. A raw row at a (series_id, ts) that a chunk holds is a late duplicate and is left
+    out: the chunk's value, stored first, is the one seen."""
+    if not len(raw):
+        return compacted
+    both = SampleArrays(
+        np.concatenate((compacted.series_ids, raw.series_ids)),
+        np.concatenate((compacted.micros, raw.micros)),
+        np.concatenate((compacted.values, raw.values)),
+    )
+    from_raw = np.repeat(np.array([False, True]), [len(compacted), len(raw)])
+    # Sorted by series, time, then origin: a chunk's sample comes before its raw duplicate.
+    order = np.lexsort((from_raw, both.micros, both.series_ids))
+    ordered = both.take(order)
+    duplicate = np.zeros(len(ordered), dtype=bool)
+    duplicate[1:] = (ordered.series_ids[1:] == ordered.series_ids[:-1]) & (
+        ordered.micros[1:] == ordered.micros[:-1]
+    )
+    return ordered.take(~duplicate)
+
+
+def flag_chunked(
+    connection: Connection, lookup: Select[Any], ranges: Sequence[TimeRange]
+) -> Select[Any]:
+    """``lookup``, a select of ``series`` rows, with a column :data:`CHUNKED`: whether a chunk
+    of the row's series overlaps ``ranges`` (an index probe per series, in the lookup's own
+    statement). Pass :func:`any_chunked` of its rows as ``chunked`` to the read's source."""
+    if not has_chunks_table(connection):
+        return lookup.add_columns(literal(False).label(CHUNKED))
+    overlaps = []
+    for start, end in ranges:
+        # A series' chunks do not overlap: one meets [start, end] if the newest to start by
+        # ``end`` ends after ``start``. One index entry and one row per series, where an
+        # EXISTS over the day before ``start`` read every chunk of that day.
+        newest = select(sample_chunks.c.end_ts).where(sample_chunks.c.series_id == _series.c.id)
+        if end is not None:
+            newest = newest.where(sample_chunks.c.start_ts <= end)
+        if start is not None:  # keeps PostgreSQL's older partitions out of the scan
+            newest = newest.where(sample_chunks.c.start_ts > start - MAX_CHUNK_SPAN)
+        end_ts = newest.order_by(sample_chunks.c.start_ts.desc()).limit(1).scalar_subquery()
+        overlaps.append(end_ts.is_not(None) if start is None else end_ts > start)
+    return lookup.add_columns((or_(*overlaps) if overlaps else false()).label(CHUNKED))
+
+
+def any_chunked(rows: Sequence[Any]) -> bool:
+    """Whether any row of a :func:`flag_chunked` lookup has a chunk in the read's ranges."""
+    return any(row._mapping[CHUNKED] for row in rows)
 
 
 def has_chunks_table(connection: Connection) -> bool:
