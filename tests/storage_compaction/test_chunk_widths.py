@@ -11,8 +11,11 @@ from sqlalchemy import Engine, select
 
 from tests.storage_compaction.fleet import NOW, T, counts, every_read, fleet, make_project, write
 from tuneloop.storage.models import sample_chunks
+from tuneloop.storage.timeseries import raw
 from tuneloop.storage.timeseries.chunk_widths import candidate_widths, chunk_width
 from tuneloop.storage.timeseries.compaction import compact
+from tuneloop.storage.timeseries.store_backend import StoreBackend
+from tuneloop.storage.timeseries.types import Matcher, MatchOp
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
@@ -124,7 +127,7 @@ def test_a_store_of_one_hour_chunks_goes_on_with_wider_ones(engine: Engine) -> N
     # never their samples.
     project = make_project(engine)
     write(engine, project, fleet(start=T.replace(hour=0), hours=15))
-    before = every_read(engine, project)
+    before = every_read(engine, project), after_the_hourly_chunks(engine, project)
     total = counts(engine)[0]
     hourly = compact(
         engine, hot_window=timedelta(0), now=T.replace(hour=10), min_samples=1, after_rollups=False
@@ -139,6 +142,34 @@ def test_a_store_of_one_hour_chunks_goes_on_with_wider_ones(engine: Engine) -> N
     assert report.samples_compacted == total - 12 * 10 * 240
     assert spans(engine) == {(hour, hour + 1) for hour in range(1, 10)} | {(0, 12), (12, 24)}
     assert counts(engine) == (0, 12 * 11, total)
-    assert every_read(engine, project) == before
+    assert (every_read(engine, project), after_the_hourly_chunks(engine, project)) == before
     again = compact(engine, hot_window=timedelta(0), now=NOW, min_samples=1500, after_rollups=False)
     assert again.chunks_written == 0
+
+
+def after_the_hourly_chunks(engine: Engine, project: int) -> object:
+    """A read that only the wide chunk [00:00, 12:00) answers though an hourly chunk starts
+    after its start: 10:20 to 10:40."""
+    start_ms = int(T.replace(hour=10, minute=20).timestamp() * 1000)
+    everything = [Matcher("__name__", MatchOp.RE, ".+")]
+    with engine.connect() as connection:
+        return [
+            (s.labels, s.times_ms.tolist(), s.values.tolist())
+            for s in raw.read(connection, project, everything, start_ms, start_ms + 20 * 60_000)
+        ]
+
+
+def test_the_newest_sample_of_a_wide_chunk_spanning_an_hourly_one(engine: Engine) -> None:
+    project = make_project(engine)
+    write(engine, project, fleet(start=T.replace(hour=0), hours=12))
+    compact(
+        engine, hot_window=timedelta(0), now=T.replace(hour=10), min_samples=1, after_rollups=False
+    )
+    compact(engine, hot_window=timedelta(0), now=NOW, min_samples=1500, after_rollups=False)
+    assert (9, 10) in spans(engine)
+    assert any(low == 0 and high >= 12 for low, high in spans(engine)), spans(engine)
+
+    newest = StoreBackend(engine).latest(project, None, since=T.replace(hour=9))
+
+    # The latest chunk to start is [09:00, 10:00); the newest samples are in the wide one.
+    assert len(newest) == 12 and all(point.ts.hour == 11 for point in newest), newest

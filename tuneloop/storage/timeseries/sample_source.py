@@ -182,7 +182,6 @@ def compacted_samples(
     ).all()
     if not found:
         return None
-    # A series' chunks never overlap, so chunks in (series, start) order decode in sample order.
     chunks = sorted(found, key=lambda chunk: (chunk[0], chunk[1]))
     series_parts, micros_parts, value_parts = [], [], []
     for series_id, _, ts_blob, values_blob in chunks:
@@ -191,9 +190,16 @@ def compacted_samples(
         series_parts.append(np.full(int(keep.sum()), series_id, dtype=np.int64))
         micros_parts.append(micros[keep])
         value_parts.append(values[keep])
-    return SampleArrays(
+    decoded = SampleArrays(
         np.concatenate(series_parts), np.concatenate(micros_parts), np.concatenate(value_parts)
     )
+    # Chunks in (series, start) order decode in sample order, unless a series' chunks of two
+    # widths share time (a store that went on with wider chunks on the same day,
+    # chunk_widths.py): their samples never coincide but interleave, so sort then.
+    same_series = decoded.series_ids[1:] == decoded.series_ids[:-1]
+    if np.any(same_series & (decoded.micros[1:] < decoded.micros[:-1])):
+        decoded = decoded.take(np.lexsort((decoded.micros, decoded.series_ids)))
+    return decoded
 
 
 def with_raw(compacted: SampleArrays, raw: SampleArrays) -> SampleArrays:
@@ -229,15 +235,18 @@ def flag_chunked(
         return lookup.add_columns(literal(False).label(CHUNKED))
     overlaps = []
     for start, end in ranges:
-        # A series' chunks do not overlap: one meets [start, end] if the newest to start by
-        # ``end`` ends after ``start``. One index entry and one row per series, where an
-        # EXISTS over the day before ``start`` read every chunk of that day.
-        newest = select(sample_chunks.c.end_ts).where(sample_chunks.c.series_id == _series.c.id)
+        # A chunk meets [start, end] if, among those starting by ``end``, the latest to end
+        # ends after ``start``: the latest to *start* is not enough, as a wider chunk of the
+        # same day may span it (chunk_widths.py). The chunks that started in the day before
+        # ``start`` are a few index entries a series now that chunks are wide.
+        latest = select(func.max(sample_chunks.c.end_ts)).where(
+            sample_chunks.c.series_id == _series.c.id
+        )
         if end is not None:
-            newest = newest.where(sample_chunks.c.start_ts <= end)
+            latest = latest.where(sample_chunks.c.start_ts <= end)
         if start is not None:  # keeps PostgreSQL's older partitions out of the scan
-            newest = newest.where(sample_chunks.c.start_ts > start - MAX_CHUNK_SPAN)
-        end_ts = newest.order_by(sample_chunks.c.start_ts.desc()).limit(1).scalar_subquery()
+            latest = latest.where(sample_chunks.c.start_ts > start - MAX_CHUNK_SPAN)
+        end_ts = latest.scalar_subquery()
         overlaps.append(end_ts.is_not(None) if start is None else end_ts > start)
     return lookup.add_columns((or_(*overlaps) if overlaps else false()).label(CHUNKED))
 
@@ -297,22 +306,28 @@ def newest_in_chunks(
     newest = select(sample_chunks.c.series_id, func.max(sample_chunks.c.start_ts).label("start"))
     newest = newest.where(sample_chunks.c.series_id.in_(ids), overlapping([(since, None)]))
     last = newest.group_by(sample_chunks.c.series_id).subquery("last_chunks")
+    # The latest chunk to start, and any wider one of the same day spanning its start
+    # (chunk_widths.py): the newest sample is in one of them.
     rows = connection.execute(
-        select(
-            sample_chunks.c.series_id, sample_chunks.c.ts_blob, sample_chunks.c.values_blob
-        ).join(
+        select(sample_chunks.c.series_id, sample_chunks.c.ts_blob, sample_chunks.c.values_blob)
+        .join(
             last,
             and_(
                 last.c.series_id == sample_chunks.c.series_id,
-                last.c.start == sample_chunks.c.start_ts,
+                sample_chunks.c.start_ts <= last.c.start,
+                sample_chunks.c.end_ts > last.c.start,
             ),
         )
+        .where(overlapping([(since, None)]))
     ).all()
-    found = {}
+    found: dict[int, tuple[datetime, float]] = {}
     for series_id, ts_blob, values_blob in rows:
         micros, values = decode_chunk(ts_blob, values_blob)
-        if len(micros) and (since is None or micros[-1] >= to_micros(since)):
-            found[int(series_id)] = (from_micros(int(micros[-1])), float(values[-1]))
+        if not len(micros) or (since is not None and micros[-1] < to_micros(since)):
+            continue
+        when = from_micros(int(micros[-1]))
+        if int(series_id) not in found or when > found[int(series_id)][0]:
+            found[int(series_id)] = (when, float(values[-1]))
     return found
 
 
