@@ -29,11 +29,13 @@ from tests.storage_compaction.fleet import (
     make_project,
     write,
 )
+from tuneloop import cost
 from tuneloop.storage import make_engine, migrate
 from tuneloop.storage.models import samples_1m
 from tuneloop.storage.timeseries.compaction import compact
 from tuneloop.storage.timeseries.counter_increase import fill_increase
 from tuneloop.storage.timeseries.rollups import update_rollups
+from tuneloop.storage.timeseries.types import SeriesBatch, SeriesKind
 
 pytestmark = pytest.mark.postgres
 
@@ -173,6 +175,36 @@ def test_an_edge_inside_a_compacted_minute_counts_the_minutes_starting_in_the_ra
 
 
 @pytest.mark.parametrize("empty_database_url", POSTGRES, indirect=True)
+def test_a_late_sample_in_a_compacted_span_is_left_out_of_the_energy(store: Engine) -> None:
+    compact(store, hot_window=timedelta(0), now=NOW)
+    bounds = (T, T + timedelta(hours=HOURS))
+    before = energy(store, *bounds)
+    late = T + timedelta(minutes=10, seconds=14, milliseconds=999)  # between two samples
+    with store.connect() as connection:
+        (series_id,) = connection.execute(
+            text("SELECT id FROM series WHERE metric = :metric ORDER BY id LIMIT 1"),
+            {"metric": ENERGY},
+        ).one()
+    write(
+        store,
+        1,
+        [SeriesBatch(ENERGY, _labels(store, series_id), [late], [1e12], SeriesKind.COUNTER)],
+    )
+
+    assert energy(store, *bounds) == before  # no rollup holds it: nor does the function
+    assert compact(store, hot_window=timedelta(0), now=NOW).late_samples_merged == 1
+    assert energy(store, *bounds) == before
+
+
+def _labels(engine: Engine, series_id: int) -> dict[str, str]:
+    with engine.connect() as connection:
+        labels = connection.execute(
+            text("SELECT labels FROM series WHERE id = :id"), {"id": series_id}
+        ).scalar_one()
+    return dict(labels)
+
+
+@pytest.mark.parametrize("empty_database_url", POSTGRES, indirect=True)
 def test_the_increase_of_existing_rows_is_filled_from_rows_and_chunks(store: Engine) -> None:
     compact(store, hot_window=timedelta(hours=1), now=T + timedelta(hours=2, minutes=30))
     with store.connect() as connection:
@@ -202,6 +234,41 @@ def test_the_migration_fills_the_increase_and_its_downgrade_restores_the_functio
     migrate.upgrade(empty_database_url)
 
     assert usage(store, *bounds) == after
+
+
+@pytest.mark.parametrize("empty_database_url", POSTGRES, indirect=True)
+def test_the_rollup_passes_give_each_minute_the_growth_of_the_pairs_ending_in_it(
+    empty_database_url: str,
+) -> None:
+    migrate.upgrade(empty_database_url)
+    engine = make_engine(empty_database_url)
+    try:
+        write(engine, make_project(engine, "p"), fleet())
+        # Many small passes and transactions: the pair across each edge starts in a minute
+        # an earlier transaction or pass wrote.
+        for minutes in range(0, HOURS * 60 + 10, 37):
+            update_rollups(engine, now=T + timedelta(minutes=minutes), chunk=timedelta(minutes=7))
+        update_rollups(engine, now=NOW)
+        with engine.connect() as connection:
+            stored = {(row[1], row[2]): row[3] for row in connection.execute(text(_INCREASES))}
+            points = connection.execute(
+                text(
+                    "SELECT x.series_id, x.ts, x.value FROM samples AS x "
+                    "JOIN series AS s ON s.id = x.series_id WHERE s.metric = :metric "
+                    "ORDER BY 1, 2"
+                ),
+                {"metric": ENERGY},
+            ).all()
+    finally:
+        engine.dispose()
+    expected: dict[tuple[int, datetime], float] = {}
+    for (series_id, ts, value), previous in zip(points, [None, *points[:-1]], strict=True):
+        minute = ts.replace(second=0, microsecond=0)
+        growth = 0.0
+        if previous is not None and previous[0] == series_id:
+            growth = cost.counter_growth([previous[2], value])
+        expected[series_id, minute] = expected.get((series_id, minute), 0.0) + growth
+    assert stored == expected
 
 
 _INCREASES = """
