@@ -6,7 +6,8 @@ jitter, an energy counter that restarts half way).
 - ``tuneloop_series`` at a minute or coarser gives the same rows after compaction; under a
   minute, it gives the 1-minute rows inside the compacted spans and raw rows elsewhere.
 - The energy is the same for every range whose edges are whole minutes; an edge inside a
-  compacted minute counts the minutes that start in the range.
+  compacted minute counts the minutes that start in the range. GPU time and
+  ``tuneloop_gpu_cost`` (rollups, and raw rows after the watermark) are the same throughout.
 """
 
 from __future__ import annotations
@@ -155,6 +156,35 @@ def test_energy_and_usage_are_unchanged_by_compaction_for_whole_minute_edges(
     assert {bounds: usage(store, *bounds) for bounds in ENERGY_RANGES} == before
     compact(store, hot_window=timedelta(0), now=NOW)
     assert {bounds: usage(store, *bounds) for bounds in ENERGY_RANGES} == before
+
+
+@pytest.mark.parametrize("empty_database_url", POSTGRES, indirect=True)
+def test_the_cost_function_is_unchanged_by_compaction(store: Engine) -> None:
+    with store.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO gpu_prices (model, capacity_type, price_per_gpu_hour, currency, "
+                "created_at) VALUES ('*', 'on_demand', 2.5, 'USD', now())"
+            )
+        )
+    before = {bounds: money(store, *bounds) for bounds in ENERGY_RANGES}
+    assert all(cost_ for rows in before.values() for _, cost_, _ in rows)
+
+    assert compact(store, hot_window=timedelta(0), now=NOW).chunks_written
+
+    assert {bounds: money(store, *bounds) for bounds in ENERGY_RANGES} == before
+
+
+def money(engine: Engine, start: datetime, end: datetime) -> list[Row]:
+    with engine.connect() as connection:
+        rows = connection.execute(
+            text(
+                "SELECT labels->>'UUID', cost, idle_cost "
+                "FROM tuneloop_gpu_cost('p', :start, :end, 5.0) ORDER BY 1"
+            ),
+            {"start": start, "end": end},
+        )
+        return [tuple(row) for row in rows]
 
 
 @pytest.mark.parametrize("empty_database_url", POSTGRES, indirect=True)
