@@ -10,13 +10,18 @@ With ``--previous`` it also times the panel and schema of revision 0006 (``PREVI
 copy of the database downgraded to 0006), on the same rows. With ``--compacted`` it also times
 the panel on a copy whose raw samples ``compact`` has turned into compressed chunks (every
 closed hour the rollups cover), the same data; both databases are then vacuumed and analyzed
-first, as autovacuum would leave them after the deletes.
+first, as autovacuum would leave them after the deletes. It then also times the Cost
+dashboard's ``tuneloop_gpu_usage`` over the same week on both (checked to give the same rows;
+the data has no energy counter, so that is its GPU-time part), and the panel on the compacted
+copy through revision 0007's ``tuneloop_series`` (created there as ``tuneloop_series_0007``),
+the function before revision 0015 gave it a branch for compacted spans.
 
 They run interleaved, in a scratch database that the script creates (migrated with
 ``tuneloop db upgrade``, filled server-side, rolled up with ``update_rollups`` as the periodic
 task does: an hour at a time, then a minute at a time over the last hour, so rows lie in the
 tables as they would) and drops. Each run is timed twice: on the server (``EXPLAIN (ANALYZE,
-TIMING OFF)``'s execution time) and with the rows fetched into Python::
+TIMING OFF)``'s execution time) and with the rows fetched into Python; medians are given with
+their 95% bootstrap intervals::
 
     .venv/bin/python bench/dashboard_query.py              # 1,000 series, 7 days, 1 sample/min
     .venv/bin/python bench/dashboard_query.py --previous   # also the 0006 panel and schema
@@ -27,6 +32,7 @@ TIMING OFF)``'s execution time) and with the rows fetched into Python::
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform
 import re
@@ -199,6 +205,33 @@ def server_time(engine: Engine, sql: str) -> float:
     return float(milliseconds) / 1000
 
 
+COST_SQL = "SELECT * FROM tuneloop_gpu_usage('bench', '{start}', '{end}', 5.0)"
+"""The Cost dashboard's function over the panel's week (values are the script's own)."""
+
+
+PREVIOUS_SERIES = "tuneloop_series_0007"
+
+
+def create_previous_series(engine: Engine) -> None:
+    """Revision 0007's ``tuneloop_series`` beside the current one, as ``PREVIOUS_SERIES``."""
+    path = migrate.migrations_dir() / "versions" / "0007_series_reads.py"
+    spec = importlib.util.spec_from_file_location("tuneloop_migration_0007", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    definition = str(module._SERIES).replace("tuneloop_series(", f"{PREVIOUS_SERIES}(", 1)
+    with engine.begin() as connection:
+        connection.execute(text(definition))
+
+
+def same_rows(queries: list[tuple[Engine, str]]) -> None:
+    answers = []
+    for engine, sql in queries:
+        with engine.connect() as connection:
+            answers.append(sorted(map(str, connection.execute(text(sql)).all())))
+    assert all(answer == answers[0] for answer in answers), "the contenders' rows differ"
+
+
 def timed(engine: Engine, sql: str) -> tuple[float, int]:
     """Seconds to run ``sql`` and fetch its rows into Python, and the number of rows."""
     with engine.connect() as connection:
@@ -265,10 +298,24 @@ def main() -> None:
         contenders = {"rollups": (engines["current"], query.expand(sql))}
         if args.compacted:
             contenders["rollups, compacted"] = (engines["compacted"], query.expand(sql))
+            create_previous_series(engines["compacted"])
+            previous_sql = sql.replace("tuneloop_series(", f"{PREVIOUS_SERIES}(")
+            contenders["rollups, compacted, 0007's function"] = (
+                engines["compacted"],
+                query.expand(previous_sql),
+            )
         if args.previous:
             contenders["rollups, revision 0006"] = (engines["previous"], query.expand(PREVIOUS_SQL))
         contenders["raw samples"] = (engines["current"], query.expand(RAW_SQL))
         same_answer(list(contenders.values()))  # also warms the caches
+        if args.compacted:
+            cost_sql = COST_SQL.format(start=start.isoformat(), end=end.isoformat())
+            costs = {
+                "cost function": (engines["current"], cost_sql),
+                "cost function, compacted": (engines["compacted"], cost_sql),
+            }
+            same_rows(list(costs.values()))
+            contenders.update(costs)
         server: dict[str, list[float]] = {name: [] for name in contenders}
         fetched: dict[str, list[float]] = {name: [] for name in contenders}
         rows: dict[str, int] = {}
@@ -282,6 +329,7 @@ def main() -> None:
                 fetched[name].append(seconds)
 
     medians = {name: statistics.median(values) for name, values in server.items()}
+    spread = {name: interval(values) for name, values in server.items()}
     with_fetch = {name: statistics.median(values) for name, values in fetched.items()}
     print(f"python {platform.python_version()}, {os.cpu_count()} CPUs")
     print(
@@ -289,13 +337,23 @@ def main() -> None:
         f"({count:,} samples); $__interval {query.interval // 1000} s; "
         f"median of {args.repeats}; load average {min(loads):.1f} to {max(loads):.1f}"
     )
-    print("| query | server ms | with fetch ms | rows | raw / this (server) | raw / this (fetch) |")
+    print(
+        "| query | server ms [95% interval] | with fetch ms | rows | raw / this (server) "
+        "| raw / this (fetch) |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for name in contenders:
+        _, low, high = spread[name]
+        # The cost function answers another question: no raw-samples panel to compare with.
+        against_raw = (
+            "- | -"
+            if name.startswith("cost")
+            else f"{medians['raw samples'] / medians[name]:.1f} "
+            f"| {with_fetch['raw samples'] / with_fetch[name]:.1f}"
+        )
         print(
-            f"| {name} | {medians[name] * 1000:,.0f} | {with_fetch[name] * 1000:,.0f} "
-            f"| {rows[name]:,} | {medians['raw samples'] / medians[name]:.1f} "
-            f"| {with_fetch['raw samples'] / with_fetch[name]:.1f} |"
+            f"| {name} | {medians[name] * 1000:,.0f} [{low * 1000:,.0f}-{high * 1000:,.0f}] "
+            f"| {with_fetch[name] * 1000:,.0f} | {rows[name]:,} | {against_raw} |"
         )
     if args.compacted:
         # Paired per repeat (the two ran back to back), so load swings cancel out.
@@ -306,6 +364,30 @@ def main() -> None:
         print(
             f"\ncompacted / rollups, server time: **{median:.2f}** [{low:.2f}-{high:.2f}] "
             f"(median of {args.repeats} paired repeats, 95% interval)"
+        )
+        ratios = [
+            c / p
+            for c, p in zip(
+                server["rollups, compacted"],
+                server["rollups, compacted, 0007's function"],
+                strict=True,
+            )
+        ]
+        median, low, high = interval(ratios)
+        print(
+            f"compacted, this function / 0007's, server time: **{median:.2f}** "
+            f"[{low:.2f}-{high:.2f}] (median of {args.repeats} paired repeats, 95% interval)"
+        )
+        ratios = [
+            c / r
+            for c, r in zip(
+                server["cost function, compacted"], server["cost function"], strict=True
+            )
+        ]
+        median, low, high = interval(ratios)
+        print(
+            f"cost function, compacted / not, server time: **{median:.2f}** "
+            f"[{low:.2f}-{high:.2f}] (median of {args.repeats} paired repeats, 95% interval)"
         )
 
 

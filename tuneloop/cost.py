@@ -20,7 +20,9 @@ numbers):
   (millijoules since boot) over the samples in ``[start, end)``, each paired with the sample
   before it (for the first, the last one in the hour before ``start``); a decrease is a
   counter reset (driver reload, reboot) and counts the new value, as Prometheus' ``increase``
-  does. It is read from raw samples (``TUNELOOP_RETENTION_DAYS``). The instances of a MIG GPU
+  does. It is read from raw samples (``TUNELOOP_RETENTION_DAYS``), compacted ones included; the
+  SQL function reads compacted spans from the counter's per-minute increase (migration 0015),
+  the same figure for whole-minute edges. The instances of a MIG GPU
   each report the whole GPU's counter, so each is given an equal share of it.
 - A GPU's **job** is its series' ``job`` label (add it with a relabel rule, e.g. from
   dcgm-exporter's ``pod`` label); its **team** is its ``team`` label, else the ``team``

@@ -406,7 +406,7 @@ sample_chunks = Table(
 )
 
 
-def _rollup_table(name: str, covered: tuple[str, ...] = ()) -> Table:
+def _rollup_table(name: str, covered: tuple[str, ...] = (), *extra: Column[Any]) -> Table:
     """Downsampled samples: one row per series and bucket, enough to derive avg/min/max/sum/
     last/count over any coarser step without reading raw samples. ``covered`` columns are
     also stored in the primary key's index (PostgreSQL ``INCLUDE``)."""
@@ -421,11 +421,15 @@ def _rollup_table(name: str, covered: tuple[str, ...] = ()) -> Table:
         Column("max", Float(precision=53), nullable=False),
         Column("last", Float(precision=53), nullable=False),
         Column("last_ts", UTCDateTime(), nullable=False),
+        *extra,
         PrimaryKeyConstraint("series_id", "bucket", postgresql_include=list(covered)),
     )
 
 
-samples_1m = _rollup_table("samples_1m")
+# ``increase``: a counter's growth over the pairs of consecutive samples whose later sample
+# lies in the minute (PostgreSQL, the counters the SQL functions read: counter_increase.py),
+# so that the Cost dashboard's energy survives compaction; NULL for every other series.
+samples_1m = _rollup_table("samples_1m", (), Column("increase", Float(precision=53)))
 # The dashboards' week-long panels read a week of hourly rows per series: with the columns
 # tuneloop_series needs in the key's index, they read adjacent index entries instead of one
 # table page per hour (the rollup pass writes each hour of all series together), and the

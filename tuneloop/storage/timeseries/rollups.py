@@ -49,6 +49,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 
 from tuneloop.storage.locks import LockName, advisory_lock
 from tuneloop.storage.models import ROLLUP_TABLES, RollupState, Series, samples
+from tuneloop.storage.timeseries.counter_increase import update_increase
 from tuneloop.storage.types import UTCDateTime, from_micros, to_micros
 
 MINUTE_S = 60
@@ -293,6 +294,10 @@ def _upsert_buckets(connection: Connection, level: _Level, begin: datetime, end:
     )
     # SQLAlchemy reports rowcount of an INSERT only when asked to keep it.
     result = connection.execute(statement.execution_options(preserve_rowcount=True))
+    if source is samples:
+        # The energy counter's per-minute increase, which the Cost dashboard reads once the
+        # samples are compacted: from the raw rows, still all there (compaction waits for us).
+        update_increase(connection, begin, end)
     return max(result.rowcount, 0)
 
 
