@@ -47,6 +47,8 @@ depends_on: str | Sequence[str] | None = None
 # 1-minute rows inside the series' chunks (the chunk probe is bounded as sample_source's: no
 # chunk spans more than a day). The rollup pass runs before compaction, and a minute inside a
 # chunk is never rolled up again, so no sample is counted both from a row and from a minute.
+# DISTINCT: a series' chunks of two widths may share a day's time (chunk_widths.py), and a
+# minute inside both is one minute.
 _SERIES = """
 CREATE OR REPLACE FUNCTION tuneloop_series(
     p_project text, p_metric text, p_from timestamptz, p_to timestamptz, p_interval_ms bigint
@@ -94,7 +96,7 @@ CREATE OR REPLACE FUNCTION tuneloop_series(
               AND m.bucket <= p_to
               AND m.bucket < tuneloop_watermark(60)
             UNION ALL
-            SELECT m.bucket, m.count, m.sum, m.min, m.max
+            SELECT DISTINCT m.bucket, m.count, m.sum, m.min, m.max
             FROM sample_chunks AS c
             JOIN samples_1m AS m
               ON m.series_id = c.series_id AND m.bucket >= c.start_ts AND m.bucket < c.end_ts
@@ -122,8 +124,9 @@ CREATE OR REPLACE FUNCTION tuneloop_series(
 $fn$
 """
 
-# 0011's function, its energy part split at each counter's compaction frontier (the end of its
-# newest chunk starting before p_to; -infinity without chunks, which gives 0011's figures):
+# 0011's function, its energy part split at each counter's compaction frontier (the latest end
+# of its chunks starting before p_to, looked for in the day before the newest one to start, as
+# a wider chunk of that day may span it; -infinity without chunks, which gives 0011's figures):
 # before it, the increases of the minutes starting in [p_from, p_to); after it, raw rows
 # paired as in 0011, the first with the last sample of the minute before the frontier. Raw
 # rows before the frontier are late samples not yet merged into their chunk, which no rollup
@@ -192,9 +195,13 @@ CREATE OR REPLACE FUNCTION tuneloop_gpu_usage(
     gpu_counters AS (
         SELECT c.id, g.id AS gpu_id,
                coalesce((
-                   SELECT k.end_ts FROM sample_chunks AS k
+                   SELECT max(k.end_ts) FROM sample_chunks AS k
                    WHERE k.series_id = c.id AND k.start_ts < p_to
-                   ORDER BY k.start_ts DESC LIMIT 1
+                     AND k.start_ts > (
+                         SELECT n.start_ts FROM sample_chunks AS n
+                         WHERE n.series_id = c.id AND n.start_ts < p_to
+                         ORDER BY n.start_ts DESC LIMIT 1
+                     ) - interval '1 day'
                ), '-infinity'::timestamptz) AS compacted_until
         FROM counters AS c JOIN gpus AS g ON g.labels = c.labels
     ),

@@ -305,3 +305,21 @@ _INCREASES = """
 SELECT s.metric, m.series_id, m.bucket, m.increase FROM samples_1m AS m
 JOIN series AS s ON s.id = m.series_id WHERE m.increase IS NOT NULL ORDER BY 2, 3
 """
+
+
+@pytest.mark.parametrize("empty_database_url", POSTGRES, indirect=True)
+def test_chunks_of_two_widths_sharing_time_count_each_minute_once(store: Engine) -> None:
+    start, end = T + timedelta(minutes=30), T + timedelta(hours=2, minutes=30)
+    minutes = series(store, UTIL, start, end, 60_000)
+    before = {bounds: usage(store, *bounds) for bounds in ENERGY_RANGES}
+    # One-hour chunks for the first hour, then (as a store that went on with wider chunks
+    # the same day) wide ones spanning it.
+    compact(store, hot_window=timedelta(0), now=T + timedelta(hours=1), min_samples=1)
+    compact(store, hot_window=timedelta(0), now=NOW, min_samples=500)
+    with store.connect() as connection:
+        spans = connection.execute(text("SELECT DISTINCT start_ts, end_ts FROM sample_chunks"))
+        widths = {end_ts - start_ts for start_ts, end_ts in spans}
+    assert timedelta(hours=1) in widths and max(widths) > timedelta(hours=HOURS)
+
+    assert series(store, UTIL, start, end, 15_000) == minutes
+    assert {bounds: usage(store, *bounds) for bounds in ENERGY_RANGES} == before
