@@ -30,6 +30,12 @@ TRIAL_STATES: tuple[TrialState, ...] = ("running", "complete", "infeasible", "fa
 
 REASON_OOM = "oom"
 """``reason`` of an infeasible observation whose configuration ran out of device memory."""
+REASON_SLO = "slo"
+"""Starts the ``reason`` of an infeasible observation whose configuration broke the latency SLO
+(``slo_throughput``'s verdict, or a guarded trial's: ``tuner.trial_guard``)."""
+CAPACITY_KNOBS = ("max_batch_size", "max_delay_ms")
+"""Knobs of a dynamic batcher whose smaller values only take serving capacity away (fewer
+requests per model call): what the SLO rule compares (``slo_rule``)."""
 
 ConfigKey: TypeAlias = tuple[tuple[str, str, object], ...]
 
@@ -152,6 +158,46 @@ def oom_rule(
         )
 
     return dominated
+
+
+def slo_rule(
+    space: SearchSpace, history: Iterable[Observation]
+) -> Callable[[Mapping[str, object]], bool]:
+    """``dominated(config)``: would ``config`` break the latency SLO too?
+
+    A dynamic batcher's capacity shrinks with its largest batch and with how long it waits to
+    fill one (:data:`CAPACITY_KNOBS`): when a configuration broke the SLO (an infeasible trial
+    whose reason starts with :data:`REASON_SLO`), one that batches no more in every capacity
+    knob, with the same values of the other parameters, can carry no more load, so it is
+    excluded, as the OOM rule excludes larger batches. Without a capacity knob in the space
+    nothing is excluded beyond the configurations tried."""
+    knobs = [n for n in space.names if n in CAPACITY_KNOBS]
+    breaches = [
+        dict(o.config)
+        for o in history
+        if o.state == "infeasible" and o.reason.startswith(REASON_SLO) and not o.prior
+    ]
+    if not knobs or not breaches:
+        return lambda config: False
+    fixed = [n for n in space.names if n not in knobs]
+
+    def dominated(config: Mapping[str, object]) -> bool:
+        return any(
+            all(_ge(breach.get(n), config.get(n)) for n in knobs)
+            and all(config.get(n) == breach.get(n) for n in fixed)
+            for breach in breaches
+        )
+
+    return dominated
+
+
+def excluded_rule(
+    space: SearchSpace, history: Iterable[Observation]
+) -> Callable[[Mapping[str, object]], bool]:
+    """``excluded(config)``: the OOM rule or the SLO rule excludes ``config``."""
+    observed = list(history)
+    oom, slo = oom_rule(space, observed), slo_rule(space, observed)
+    return lambda config: oom(config) or slo(config)
 
 
 def _ge(a: object, b: object) -> bool:
