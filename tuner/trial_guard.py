@@ -5,9 +5,9 @@ An inference study measures each configuration on the requests the service is an
 configuration that cannot carry the load fills the queue and misses the SLO for every request
 of its window. So, while a trial (not the pre-study one) runs, every pass of the loop reads the
 P99 of the requests since its config was applied; once ``GuardPolicy.after_s`` have passed and
-it is over ``p99_factor`` x the SLO, the trial ends ``infeasible`` (reason ``slo: guard: ...``,
-which the strategies' SLO rule reads, ``tuner.strategies.base.slo_rule``) and the job goes back
-to the **incumbent**: the best feasible configuration measured so far (the pooled estimate of
+it is over ``p99_factor`` x the SLO, the trial ends ``infeasible`` (an SLO breach whose reason
+says which way it broke, ``tuner.slo_breach``, for the strategies' SLO rule) and the job goes
+back to the **incumbent**: the best feasible configuration measured so far (the pooled estimate of
 ``best_estimate``), else the pre-study config. The incumbent then runs for ``hold_s`` before
 the next trial starts, so that the queue the bad trial left drains on a configuration known to
 carry the load rather than on the next experiment.
@@ -28,6 +28,7 @@ from tuneloop.storage.timeseries.store_backend import StoreBackend
 from tuner import readings
 from tuner.loop_measure import P99, StepResult, audit_trial, tell_trial
 from tuner.objectives import check_direction
+from tuner.slo_breach import breach_reason
 from tuner.strategies.base import best_estimate
 from tuner.study_baseline import pre_study_config
 from tuner.study_options import StudyOptions
@@ -35,7 +36,7 @@ from tuner.study_records import history, study_space
 from tuner.trial_measurements import TrialMeasurements
 
 GUARD_REASON: Final = "slo: guard"
-"""Starts the reason of a trial the guard ended (an SLO breach, for the strategies' SLO rule)."""
+"""The verdict of a trial the guard ended (an SLO breach: ``tuner.slo_breach`` says which way)."""
 GUARDED_OBJECTIVES: Final = ("slo_throughput",)
 
 
@@ -69,10 +70,11 @@ def guard_trial(
     bound = guard.p99_factor * options.slo_s
     if p99 is None or p99 <= bound:
         return None
-    reason = (
+    verdict = (
         f"{GUARD_REASON}: p99 latency {p99:.4g} s > {bound:.4g} s "
         f"({guard.p99_factor:g} x SLO) {elapsed:.0f} s into the trial"
     )
+    reason = breach_reason(verdict, trial.params, options.slo_s)
     measured = {
         "guard": {
             "p99_latency_s": p99,
@@ -128,8 +130,6 @@ def holding(session: Session, study: Study, options: StudyOptions, now: datetime
     if last is None:
         return None
     stored = TrialMeasurements.from_json(last.measurements)
-    if not stored.reason.startswith(GUARD_REASON):
-        return None
     # The loop's clock at the guard's verdict (the end of what it judged), as the loop's
     # other waits are counted.
     ended = stored.data.get("guard", {}).get("window", {}).get("end")

@@ -14,8 +14,15 @@ from tests.tuner.test_loop import POLICY, RANKS, Loop, make_loop
 from tuneloop.job_configs import latest_config
 from tuneloop.storage import session_factory, session_scope
 from tuneloop.storage.models import Job
+from tuner.slo_breach import breach_reason
 from tuner.space import IntParam, SearchSpace
-from tuner.strategies.base import Observation, excluded_rule, slo_rule
+from tuner.strategies.base import (
+    REASON_OVERLOAD,
+    REASON_WAIT,
+    Observation,
+    excluded_rule,
+    slo_rule,
+)
 from tuner.strategies.bayesian import BayesianOptimization
 from tuner.study_options import GuardPolicy, StudyOptions
 from tuner.trial_guard import GUARD_REASON
@@ -121,20 +128,39 @@ BATCHER = SearchSpace(
 )
 
 
-def _breach(number: int, batch: int, delay: int, reason: str = "slo: p99") -> Observation:
+def _breach(number: int, batch: int, delay: int, reason: str = REASON_OVERLOAD) -> Observation:
     config = {"max_batch_size": batch, "max_delay_ms": delay}
-    return Observation(number, config, "infeasible", reason=reason)
+    return Observation(number, config, "infeasible", reason=f"{reason}: p99 0.3 s")
 
 
-def test_the_slo_rule_excludes_configs_that_batch_less_than_a_breach() -> None:
+def test_an_overload_excludes_configs_that_batch_less() -> None:
     dominated = slo_rule(BATCHER, [_breach(1, 8, 5)])
     assert dominated({"max_batch_size": 4, "max_delay_ms": 5})
     assert dominated({"max_batch_size": 8, "max_delay_ms": 1})
     assert not dominated({"max_batch_size": 16, "max_delay_ms": 1})
     assert not dominated({"max_batch_size": 2, "max_delay_ms": 11})
-    # Only SLO breaches count: a crash says nothing about capacity.
-    assert not slo_rule(BATCHER, [_breach(1, 8, 5, "failed: crash")])({"max_batch_size": 1})
     assert excluded_rule(BATCHER, [_breach(1, 8, 5)])({"max_batch_size": 2, "max_delay_ms": 2})
+
+
+def test_a_wait_breach_excludes_configs_that_batch_more() -> None:
+    dominated = slo_rule(BATCHER, [_breach(1, 32, 64, REASON_WAIT)])
+    assert dominated({"max_batch_size": 64, "max_delay_ms": 64})
+    assert not dominated({"max_batch_size": 64, "max_delay_ms": 40})
+    assert not dominated({"max_batch_size": 2, "max_delay_ms": 2})
+
+
+def test_other_breaches_exclude_nothing_more() -> None:
+    for reason in ("slo: p99 latency", "failed: crash"):
+        assert not slo_rule(BATCHER, [_breach(1, 8, 5, reason)])({"max_batch_size": 1})
+
+
+def test_which_way_the_slo_broke_follows_the_batching_wait() -> None:
+    verdict = "slo: p99 latency 0.3 s > SLO 0.15 s"
+    quick = breach_reason(verdict, {"max_batch_size": 8, "max_delay_ms": 5}, 0.15)
+    assert quick.startswith(REASON_OVERLOAD) and quick.endswith(verdict.removeprefix("slo: "))
+    slow = breach_reason(verdict, {"max_batch_size": 8, "max_delay_ms": 40}, 0.15)
+    assert slow.startswith(REASON_WAIT)
+    assert breach_reason(verdict, {"batch_size": 8}, 0.15) == verdict
 
 
 def test_the_bayesian_study_never_proposes_what_the_slo_rule_excludes() -> None:
