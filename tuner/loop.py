@@ -92,7 +92,7 @@ def reconcile_study(
         .limit(1)
     ).first()
     if trial is None:
-        return _start_trial(session, study, job, options, now)
+        return _start_trial(session, study, job, options, now, series)
     return _advance_trial(session, study, job, trial, options, now, series)
 
 
@@ -100,7 +100,12 @@ def reconcile_study(
 
 
 def _start_trial(
-    session: Session, study: Study, job: Job, options: StudyOptions, now: datetime
+    session: Session,
+    study: Study,
+    job: Job,
+    options: StudyOptions,
+    now: datetime,
+    series: TimeSeriesBackend | None,
 ) -> StepResult:
     if options.max_trials is not None:
         finished = session.scalar(
@@ -129,7 +134,7 @@ def _start_trial(
     baseline = _baseline_step(session, study, job, now)
     if baseline is not None:
         return baseline
-    held = trial_guard.holding(session, study, options, now)
+    held = trial_guard.holding(session, study, job, options, now, series)
     if held is not None:
         return StepResult("skip", detail=held)
     try:

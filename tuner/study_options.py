@@ -68,20 +68,24 @@ class GuardPolicy:
     - ``enabled``: end a trial early, as ``infeasible``, once its P99 since the config was
       applied is over ``p99_factor`` x the SLO, and put the job back on the incumbent;
     - ``after_s``: seconds of the trial before the guard judges (a P99 needs requests);
-    - ``hold_s``: after a guarded trial, the incumbent runs this long before the next trial.
+    - ``hold_s``: after a guarded trial, the incumbent runs this long before the next trial,
+      twice as long after each further guarded trial in a row (at most 8 x);
+    - ``explore_below``: a trial starts only while the P99 of the last ``hold_s`` is at most
+      this fraction of the SLO: a service with no headroom left has none to explore with.
     """
 
     enabled: bool = True
     p99_factor: float = 1.0
     after_s: float = 3.0
     hold_s: float = 10.0
+    explore_below: float = 0.8
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
             raise OptionsError(f"guard.enabled must be true or false, got {self.enabled!r}")
-        for name in ("p99_factor", "after_s", "hold_s"):
+        for name in ("p99_factor", "after_s", "hold_s", "explore_below"):
             value = getattr(self, name)
-            if not _positive_number(value) and not (name != "p99_factor" and value == 0):
+            if not _positive_number(value) and not (name in ("after_s", "hold_s") and value == 0):
                 raise OptionsError(f"guard.{name} must be a positive number, got {value!r}")
             object.__setattr__(self, name, float(value))
 

@@ -10,12 +10,15 @@ says which way it broke, ``tuner.slo_breach``, for the strategies' SLO rule) and
 back to the **incumbent**: the best feasible configuration measured so far (the pooled estimate of
 ``best_estimate``), else the pre-study config. The incumbent then runs for ``hold_s`` before
 the next trial starts, so that the queue the bad trial left drains on a configuration known to
-carry the load rather than on the next experiment.
+carry the load rather than on the next experiment; after several guarded trials in a row the
+hold doubles each time (the service has no room for experiments now). And no trial starts
+while the P99 of the last ``hold_s`` is over ``explore_below`` x the SLO: a service already near
+its SLO has no headroom to explore with, and a trial measured then would measure the overload.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from sqlalchemy import select
@@ -38,6 +41,8 @@ from tuner.trial_measurements import TrialMeasurements
 GUARD_REASON: Final = "slo: guard"
 """The verdict of a trial the guard ended (an SLO breach: ``tuner.slo_breach`` says which way)."""
 GUARDED_OBJECTIVES: Final = ("slo_throughput",)
+MAX_HOLD_DOUBLINGS: Final = 3
+"""The hold after guarded trials in a row doubles at most this many times (8 x ``hold_s``)."""
 
 
 def guard_trial(
@@ -121,21 +126,54 @@ def _incumbent(session: Session, study: Study) -> tuple[dict[str, Any] | None, s
     return config, f"pre-study desired version {before.version}"
 
 
-def holding(session: Session, study: Study, options: StudyOptions, now: datetime) -> str | None:
-    """Why no trial starts yet (the incumbent runs for ``hold_s`` after a guarded trial), or
-    ``None``."""
-    last = session.scalars(
-        select(Trial).where(Trial.study_id == study.id).order_by(Trial.number.desc()).limit(1)
-    ).first()
-    if last is None:
+def holding(
+    session: Session,
+    study: Study,
+    job: Job,
+    options: StudyOptions,
+    now: datetime,
+    series: TimeSeriesBackend | None,
+) -> str | None:
+    """Why no trial starts yet, or ``None``: the incumbent runs ``hold_s`` after a guarded
+    trial (doubled for each further one in a row, at most :data:`MAX_HOLD_DOUBLINGS` times),
+    and no trial starts while the service's P99 over the last ``hold_s`` is above
+    ``explore_below`` x the SLO (no headroom to explore with)."""
+    guard = options.guard
+    if not guard.enabled or study.objective not in GUARDED_OBJECTIVES or options.slo_s is None:
         return None
-    stored = TrialMeasurements.from_json(last.measurements)
-    # The loop's clock at the guard's verdict (the end of what it judged), as the loop's
-    # other waits are counted.
-    ended = stored.data.get("guard", {}).get("window", {}).get("end")
-    if not isinstance(ended, str):
+    recent = session.scalars(
+        select(Trial)
+        .where(Trial.study_id == study.id)
+        .order_by(Trial.number.desc())
+        .limit(MAX_HOLD_DOUBLINGS + 1)
+    ).all()
+    guarded = []
+    for trial in recent:
+        data = TrialMeasurements.from_json(trial.measurements).data.get("guard")
+        if not isinstance(data, dict):
+            break
+        guarded.append(data)
+    if guarded:
+        # The loop's clock at the guard's verdict (the end of what it judged), as the loop's
+        # other waits are counted.
+        ended = guarded[0].get("window", {}).get("end")
+        hold = guard.hold_s * 2 ** (len(guarded) - 1)
+        if isinstance(ended, str):
+            left = hold - (now - datetime.fromisoformat(ended)).total_seconds()
+            if left > 0:
+                return (
+                    f"holding the incumbent for {left:.0f} s after {len(guarded)} guarded "
+                    f"trial(s) in a row"
+                )
+    if guard.hold_s <= 0:
         return None
-    left = options.guard.hold_s - (now - datetime.fromisoformat(ended)).total_seconds()
-    if left <= 0:
-        return None
-    return f"holding the incumbent for {left:.0f} s after guarded trial {last.number}"
+    series = series or StoreBackend(session.connection())
+    start = now - timedelta(seconds=guard.hold_s)
+    p99 = readings.latency_quantile(series, job.project_id, job.name, P99, start=start, end=now)
+    bound = guard.explore_below * options.slo_s
+    if p99 is not None and p99 > bound:
+        return (
+            f"no headroom to explore: p99 latency {p99:.4g} s over the last "
+            f"{guard.hold_s:g} s > {bound:.4g} s ({guard.explore_below:g} x SLO)"
+        )
+    return None

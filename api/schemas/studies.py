@@ -85,7 +85,16 @@ class GuardIn(BaseModel):
     p99_factor: float = Field(default=1.0, gt=0, description="Of the SLO")
     after_s: float = Field(default=3.0, ge=0, description="Trial seconds before it is judged")
     hold_s: float = Field(
-        default=10.0, ge=0, description="The incumbent runs this long before the next trial"
+        default=10.0,
+        ge=0,
+        description="The incumbent runs this long before the next trial (doubling after each "
+        "further guarded trial in a row, at most 8 x)",
+    )
+    explore_below: float = Field(
+        default=0.8,
+        gt=0,
+        description="A trial starts only while the P99 of the last hold_s is at most this "
+        "fraction of the SLO",
     )
 
 

@@ -96,6 +96,26 @@ def test_a_trial_over_the_slo_ends_early_and_the_incumbent_comes_back(engine: En
     held = loop.step(112)
     assert held.action == "skip" and held.detail.startswith("holding the incumbent")
     assert loop.step(119).action == "asked"
+    # A second guarded trial in a row: the hold doubles.
+    version, _, _ = _desired(loop)
+    loop.ack(version, at=119)
+    assert loop.step(120).action == "applied"
+    loop.steps(119, 124, per_rank=50.0)
+    _latency(loop, 119, 124, SLOW)
+    assert loop.step(124).detail.startswith(f"infeasible: {GUARD_REASON}")
+    held = loop.step(140)
+    assert held.action == "skip" and "2 guarded trial(s) in a row" in held.detail
+    assert loop.step(145).action == "asked"
+
+
+def test_no_trial_starts_without_headroom(engine: Engine) -> None:
+    loop = _slo_loop(engine)
+    _measured_baseline(loop)
+    _latency(loop, 90, 100, [90.0, 10.0, 0.0])  # P99 between 50 and 200 ms: over 0.8 x SLO
+    held = loop.step(100)
+    assert held.action == "skip" and held.detail.startswith("no headroom to explore")
+    _latency(loop, 100, 115, FAST)
+    assert loop.step(115).action == "asked"
 
 
 def test_the_guard_is_off_when_disabled(engine: Engine) -> None:
