@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import Engine
 
 from tests.tuner import jobsim
@@ -24,7 +25,7 @@ from tuner.strategies.base import (
     slo_rule,
 )
 from tuner.strategies.bayesian import BayesianOptimization
-from tuner.study_options import GuardPolicy, StudyOptions
+from tuner.study_options import GuardPolicy, OptionsError, StudyOptions
 from tuner.trial_guard import GUARD_REASON
 
 FAST = [99.5, 0.5, 0.0]
@@ -190,3 +191,13 @@ def test_the_bayesian_study_never_proposes_what_the_slo_rule_excludes() -> None:
         config = strategy.ask(history)
         assert config["max_batch_size"] > 16 or config["max_delay_ms"] > 20, config
         history.append(Observation(number, config, "complete", value=float(number)))
+
+
+def test_guard_options_round_trip_and_bad_ones_are_refused() -> None:
+    guard = GuardPolicy(p99_factor=1.5, after_s=2, hold_s=0, explore_below=0.5)
+    options = StudyOptions(slo_s=0.15, guard=guard)
+    assert StudyOptions.from_dict(options.to_dict()).guard == guard
+    assert "guard" not in StudyOptions(slo_s=0.15).to_dict()  # the default reads back as before
+    for bad in ({"p99_factor": 0}, {"hold_s": -1}, {"enabled": "yes"}, {"window": 3}):
+        with pytest.raises(OptionsError, match="guard"):
+            StudyOptions.from_dict({"guard": bad})
