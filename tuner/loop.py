@@ -18,7 +18,10 @@ one repeats nothing and loses nothing:
    another config) and stops the study until someone resumes it (theirs stays); after a
    timeout no trial starts until the job reports again, and if it has not reported within
    another ``ack_timeout_s`` the study ends ``failed``;
-4. acknowledged: the window is measured and judged (``tuner.loop_measure``);
+4. acknowledged: the window is measured and judged (``tuner.loop_measure``); an
+   ``slo_throughput`` trial whose P99 breaks the SLO before its window ends is ended early and
+   the job put back on the incumbent, which runs a while before the next trial
+   (``tuner.trial_guard``);
 5. ``max_trials`` finished or nothing left to try: the study ends (``tuner.study_end``): the
    best config is applied only if it beat the pre-study config by more than the noise, else the
    job goes back on the pre-study config; with no complete trial, or a pre-study config that
@@ -45,7 +48,7 @@ from tuneloop.job_configs import (
 )
 from tuneloop.storage.models import Job, JobConfig, Study, Trial
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
-from tuner import service, study_end
+from tuner import service, study_end, trial_guard
 from tuner.loop_measure import ACTOR, Action, StepResult, audit_trial, measure_trial, tell_trial
 from tuner.strategies.base import REASON_OOM, SpaceExhausted
 from tuner.study_baseline import MAX_BASELINE_ATTEMPTS, baseline_trials, start_baseline_trial
@@ -89,7 +92,7 @@ def reconcile_study(
         .limit(1)
     ).first()
     if trial is None:
-        return _start_trial(session, study, job, options, now)
+        return _start_trial(session, study, job, options, now, series)
     return _advance_trial(session, study, job, trial, options, now, series)
 
 
@@ -97,7 +100,12 @@ def reconcile_study(
 
 
 def _start_trial(
-    session: Session, study: Study, job: Job, options: StudyOptions, now: datetime
+    session: Session,
+    study: Study,
+    job: Job,
+    options: StudyOptions,
+    now: datetime,
+    series: TimeSeriesBackend | None,
 ) -> StepResult:
     if options.max_trials is not None:
         finished = session.scalar(
@@ -126,6 +134,9 @@ def _start_trial(
     baseline = _baseline_step(session, study, job, now)
     if baseline is not None:
         return baseline
+    held = trial_guard.holding(session, study, job, options, now, series)
+    if held is not None:
+        return StepResult("skip", detail=held)
     try:
         trial = service.ask(session, study, actor=ACTOR)
     except SpaceExhausted as exc:  # its message says "nothing left to try"
@@ -311,6 +322,9 @@ def _advance_trial(
             "applied", trial.number, f"acknowledged as version {ack.acknowledged_version}"
         )
 
+    guarded = trial_guard.guard_trial(session, study, job, trial, options, now, series)
+    if guarded is not None:
+        return guarded
     return measure_trial(session, study, job, trial, options, now, series)
 
 

@@ -25,6 +25,7 @@ from tuneloop.storage.timeseries.store_backend import StoreBackend
 from tuner import promql_objective, readings, service
 from tuner.measurement import Sample, TrialVerdict, WindowStats, judge_window
 from tuner.objectives import ENERGY_OBJECTIVES, PROMQL, Evaluation, get_objective
+from tuner.slo_breach import breach_reason
 from tuner.space import SearchSpace
 from tuner.study_options import StudyOptions
 from tuner.study_records import study_space
@@ -151,12 +152,15 @@ def measure_trial(
             )
         return extend_trial(session, study, job, trial, evaluation.reason, verdict.stats, window)
     if evaluation.status == "infeasible":
+        reason = evaluation.reason
+        if study.objective == "slo_throughput" and options.slo_s is not None:
+            reason = breach_reason(reason, trial.params, options.slo_s)
         return tell_trial(
             session,
             study,
             trial,
             state="infeasible",
-            reason=evaluation.reason,
+            reason=reason,
             measurements=measured,
         )
     assert evaluation.value is not None and verdict.value is not None

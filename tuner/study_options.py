@@ -62,6 +62,35 @@ class MemoryPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class GuardPolicy:
+    """Guarded trials of an ``slo_throughput`` study (``tuner.trial_guard``).
+
+    - ``enabled``: end a trial early, as ``infeasible``, once its P99 since the config was
+      applied is over ``p99_factor`` x the SLO, and put the job back on the incumbent;
+    - ``after_s``: seconds of the trial before the guard judges (a P99 needs requests);
+    - ``hold_s``: after a guarded trial, the incumbent runs this long before the next trial,
+      twice as long after each further guarded trial in a row (at most 8 x);
+    - ``explore_below``: a trial starts only while the P99 of the last ``hold_s`` is at most
+      this fraction of the SLO: a service with no headroom left has none to explore with.
+    """
+
+    enabled: bool = True
+    p99_factor: float = 1.0
+    after_s: float = 3.0
+    hold_s: float = 10.0
+    explore_below: float = 0.8
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise OptionsError(f"guard.enabled must be true or false, got {self.enabled!r}")
+        for name in ("p99_factor", "after_s", "hold_s", "explore_below"):
+            value = getattr(self, name)
+            if not _positive_number(value) and not (name in ("after_s", "hold_s") and value == 0):
+                raise OptionsError(f"guard.{name} must be a positive number, got {value!r}")
+            object.__setattr__(self, name, float(value))
+
+
+@dataclass(frozen=True, slots=True)
 class StudyOptions:
     """How a study runs.
 
@@ -82,6 +111,7 @@ class StudyOptions:
       (``tuner.promql_objective``, which checks it when the study is created).
     - ``throughput_floor``: ``samples_per_joule`` / ``tokens_per_joule`` only: a configuration
       whose throughput (samples/s or tokens/s, the objective's unit) is below it is infeasible.
+    - ``guard``: guarded trials of ``slo_throughput`` studies (:class:`GuardPolicy`).
     """
 
     strategy_options: Mapping[str, Any] = field(default_factory=dict)
@@ -95,6 +125,7 @@ class StudyOptions:
     memory: MemoryPolicy = field(default_factory=MemoryPolicy)
     objective_expr: str | None = None
     throughput_floor: float | None = None
+    guard: GuardPolicy = field(default_factory=GuardPolicy)
 
     def __post_init__(self) -> None:
         if not isinstance(self.strategy_options, Mapping):
@@ -103,6 +134,8 @@ class StudyOptions:
             raise OptionsError("measurement must be a MeasurementPolicy")
         if not isinstance(self.memory, MemoryPolicy):
             raise OptionsError("memory must be a MemoryPolicy")
+        if not isinstance(self.guard, GuardPolicy):
+            raise OptionsError("guard must be a GuardPolicy")
         _check_positive_int("ranks", self.ranks)
         _check_positive_int("max_trials", self.max_trials)
         if self.slo_s is not None and not _positive_number(self.slo_s):
@@ -134,6 +167,7 @@ class StudyOptions:
         # Left out when unset, so that the options of older studies read back unchanged.
         expr = {} if self.objective_expr is None else {"objective_expr": self.objective_expr}
         floor = {} if self.throughput_floor is None else {"throughput_floor": self.throughput_floor}
+        guard = {} if self.guard == GuardPolicy() else {"guard": asdict(self.guard)}
         return {
             "strategy_options": dict(self.strategy_options),
             "measurement": asdict(self.measurement),
@@ -146,6 +180,7 @@ class StudyOptions:
             "memory": asdict(self.memory),
             **expr,
             **floor,
+            **guard,
         }
 
     @classmethod
@@ -160,6 +195,8 @@ class StudyOptions:
             data["warm_start_from"] = tuple(data["warm_start_from"] or ())
         if "memory" in data:
             data["memory"] = memory_policy(data["memory"])
+        if "guard" in data:
+            data["guard"] = guard_policy(data["guard"])
         try:
             return cls(**data)
         except TypeError as exc:
@@ -191,6 +228,18 @@ def memory_policy(data: Mapping[str, Any] | MemoryPolicy | None) -> MemoryPolicy
         raise OptionsError("memory must be an object")
     _refuse_unknown(data, MemoryPolicy, "memory option")
     return MemoryPolicy(**data)
+
+
+def guard_policy(data: Mapping[str, Any] | GuardPolicy | None) -> GuardPolicy:
+    """A :class:`GuardPolicy` from its JSON form (unknown keys refused)."""
+    if data is None:
+        return GuardPolicy()
+    if isinstance(data, GuardPolicy):
+        return data
+    if not isinstance(data, Mapping):
+        raise OptionsError("guard must be an object")
+    _refuse_unknown(data, GuardPolicy, "guard option")
+    return GuardPolicy(**data)
 
 
 def _refuse_unknown(data: Mapping[str, Any], options: type, noun: str) -> None:

@@ -72,6 +72,32 @@ class MemoryIn(BaseModel):
     )
 
 
+class GuardIn(BaseModel):
+    """Guarded trials of an slo_throughput study (docs/tuner.md, "Guarded trials")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(
+        default=True,
+        description="End a trial early once its P99 is over p99_factor x the SLO, and put the "
+        "job back on the incumbent (the best feasible config so far, else the pre-study one)",
+    )
+    p99_factor: float = Field(default=1.0, gt=0, description="Of the SLO")
+    after_s: float = Field(default=3.0, ge=0, description="Trial seconds before it is judged")
+    hold_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="The incumbent runs this long before the next trial (doubling after each "
+        "further guarded trial in a row, at most 8 x)",
+    )
+    explore_below: float = Field(
+        default=0.8,
+        gt=0,
+        description="A trial starts only while the P99 of the last hold_s is at most this "
+        "fraction of the SLO",
+    )
+
+
 class StudyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -111,6 +137,7 @@ class StudyCreate(BaseModel):
     max_trials: int | None = Field(default=None, ge=1, le=INTEGER_MAX)
     ack_timeout_s: float = Field(default=DEFAULT_ACK_TIMEOUT_S, gt=0)
     memory: MemoryIn = Field(default_factory=MemoryIn)
+    guard: GuardIn = Field(default_factory=GuardIn)
     warm_start: bool = Field(
         default=True, description="Start from earlier studies of jobs with the same signature"
     )

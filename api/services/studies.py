@@ -17,7 +17,7 @@ from tuner.diagnosis import Diagnosis
 from tuner.knobs import Knob, diagnosis_space
 from tuner.objectives import default_objective
 from tuner.space import SearchSpace, SpaceError, power_limit_param
-from tuner.study_options import MemoryPolicy, StudyOptions, measurement_policy
+from tuner.study_options import GuardPolicy, MemoryPolicy, StudyOptions, measurement_policy
 
 
 def create_study(
@@ -45,6 +45,7 @@ def create_study(
         memory=MemoryPolicy(enabled=body.memory.enabled, headroom=body.memory.headroom),
         objective_expr=body.objective_expr,
         throughput_floor=body.throughput_floor,
+        guard=GuardPolicy(**body.guard.model_dump()),
     )
     return _create(
         session, job, body.name, objective, space, body, options, actor=actor, series=series

@@ -11,6 +11,14 @@
   generator. A replica is listed once it answers and delisted before it is stopped, so no
   request is sent to a process that is going away.
 
+**No replica without a free core** (``--cores-per-replica``, default 1): a replica is one
+PyTorch thread plus its HTTP server, and on a host whose cores are busy a second one adds no
+capacity, while starting it (PyTorch, the weights) takes a core for seconds from the replica
+already serving. So a scale-out starts only as many replicas as the host has free cores for:
+``floor((cores - 1-minute load average) / cores_per_replica)``; the answer says how many run,
+and the log why fewer than asked. Scaling in, and the first replica, are never refused; 0
+turns the check off.
+
 The arguments after ``--`` go to every replica (``python -m examples.inference.server``); each
 gets a free port, a name (``r<rank>``) and a rank (the lowest free one), and inherits the
 environment (``TUNELOOP_URL``, ``TUNELOOP_TOKEN``, ``TUNELOOP_JOB``).
@@ -20,12 +28,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
+import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +72,9 @@ class ReplicaPool:
     server_args: Sequence[str]
     log_dir: Path
     max_replicas: int = 8
+    cores_per_replica: float = 1.0
+    load_average: Callable[[], float] = field(default=lambda: os.getloadavg()[0])
+    cores: int = field(default_factory=lambda: os.cpu_count() or 1)
     replicas: list[Replica] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stopped: threading.Event = field(default_factory=threading.Event)
@@ -90,13 +103,23 @@ class ReplicaPool:
                 replica = max(self.replicas, key=lambda r: r.rank)
                 self.replicas.remove(replica)
                 leaving.append(replica)
-            while len(self.replicas) < wanted:
+            room = self._room(len(self.replicas), wanted)
+            while len(self.replicas) < room:
                 self.replicas.append(self._start())
             now = len(self.replicas)
+        if now < wanted:
+            log.info("asked for %d replicas, %d run: no free core for more", wanted, now)
         log.info("scaled to %d replicas (%s)", now, reason or "no reason given")
         for replica in leaving:
             threading.Thread(target=self._stop, args=(replica, DRAIN_S), daemon=True).start()
         return now
+
+    def _room(self, running: int, wanted: int) -> int:
+        """How many replicas may run: ``wanted``, less those no free core is left for."""
+        if wanted <= running or running == 0 or self.cores_per_replica <= 0:
+            return wanted
+        free = self.cores - self.load_average()
+        return min(wanted, running + max(0, math.floor(free / self.cores_per_replica)))
 
     def _start(self) -> Replica:
         ranks = {r.rank for r in self.replicas}
@@ -180,13 +203,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--replicas", type=int, default=1, help="replicas to start with")
     parser.add_argument("--max-replicas", type=int, default=8)
+    parser.add_argument(
+        "--cores-per-replica",
+        type=float,
+        default=1.0,
+        help="scale out only while (cores - load average) leaves this many per new replica; "
+        "0: no check",
+    )
     parser.add_argument("--log-dir", default="replica-logs")
     parser.add_argument("server_args", nargs="*", help="after --: the server's arguments")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per health check or poll
     exit_on_sigterm()
-    pool = ReplicaPool(args.server_args, Path(args.log_dir), args.max_replicas)
+    pool = ReplicaPool(
+        args.server_args,
+        Path(args.log_dir),
+        args.max_replicas,
+        cores_per_replica=args.cores_per_replica,
+    )
     pool.scale(args.replicas, "start")
     print(f"scaler on http://{args.host}:{args.port}/scale", flush=True)
     try:

@@ -3,6 +3,7 @@
 from tuner.strategies.bandit import AdaptiveBandit
 from tuner.strategies.base import (
     REASON_OOM,
+    REASON_SLO,
     BaseStrategy,
     BestEstimate,
     Observation,
@@ -10,7 +11,9 @@ from tuner.strategies.base import (
     Strategy,
     best_estimate,
     best_observation,
+    excluded_rule,
     oom_rule,
+    slo_rule,
     warm_start,
 )
 from tuner.strategies.bayesian import BayesianOptimization
@@ -25,6 +28,7 @@ from tuner.strategies.registry import (
 
 __all__ = [
     "REASON_OOM",
+    "REASON_SLO",
     "STRATEGIES",
     "AdaptiveBandit",
     "BaseStrategy",
@@ -38,8 +42,10 @@ __all__ = [
     "UnknownStrategyError",
     "best_estimate",
     "best_observation",
+    "excluded_rule",
     "make_strategy",
     "oom_rule",
+    "slo_rule",
     "strategy_names",
     "warm_start",
 ]

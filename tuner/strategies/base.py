@@ -30,6 +30,18 @@ TRIAL_STATES: tuple[TrialState, ...] = ("running", "complete", "infeasible", "fa
 
 REASON_OOM = "oom"
 """``reason`` of an infeasible observation whose configuration ran out of device memory."""
+REASON_SLO = "slo"
+"""Starts the ``reason`` of an infeasible observation whose configuration broke the latency SLO
+(``slo_throughput``'s verdict, or a guarded trial's: ``tuner.trial_guard``)."""
+REASON_OVERLOAD = "slo: overload"
+"""Starts the reason of an SLO breach the batcher's wait cannot explain: the queue did, the
+configuration could not carry the load (``tuner.slo_breach``)."""
+REASON_WAIT = "slo: wait"
+"""Starts the reason of an SLO breach by a configuration whose batching wait is a large share
+of the SLO: waiting longer could only make it worse (``tuner.slo_breach``)."""
+CAPACITY_KNOBS = ("max_batch_size", "max_delay_ms")
+"""Knobs of a dynamic batcher whose smaller values only take serving capacity away (fewer
+requests per model call): what the SLO rule compares (``slo_rule``)."""
 
 ConfigKey: TypeAlias = tuple[tuple[str, str, object], ...]
 
@@ -152,6 +164,56 @@ def oom_rule(
         )
 
     return dominated
+
+
+def slo_rule(
+    space: SearchSpace, history: Iterable[Observation]
+) -> Callable[[Mapping[str, object]], bool]:
+    """``dominated(config)``: would ``config`` break the latency SLO too?
+
+    A dynamic batcher's capacity shrinks, and its wait grows, with its largest batch and with
+    how long it waits to fill one (:data:`CAPACITY_KNOBS`). So an **overload** breach
+    (:data:`REASON_OVERLOAD`: the configuration could not carry the load) excludes every
+    configuration that batches no more in each capacity knob, and a **wait** breach
+    (:data:`REASON_WAIT`) every configuration that batches no less, both with the same values
+    of the other parameters, as the OOM rule excludes larger batches. Other SLO breaches, and a
+    space without a capacity knob, exclude nothing beyond the configurations tried."""
+    knobs = [n for n in space.names if n in CAPACITY_KNOBS]
+    smaller: list[dict[str, object]] = []
+    larger: list[dict[str, object]] = []
+    for o in history:
+        if o.state != "infeasible" or o.prior:
+            continue
+        if o.reason.startswith(REASON_OVERLOAD):
+            smaller.append(dict(o.config))
+        elif o.reason.startswith(REASON_WAIT):
+            larger.append(dict(o.config))
+    if not knobs or not (smaller or larger):
+        return lambda config: False
+    fixed = [n for n in space.names if n not in knobs]
+
+    def same_rest(config: Mapping[str, object], breach: Mapping[str, object]) -> bool:
+        return all(config.get(n) == breach.get(n) for n in fixed)
+
+    def dominated(config: Mapping[str, object]) -> bool:
+        return any(
+            all(_ge(b.get(n), config.get(n)) for n in knobs) and same_rest(config, b)
+            for b in smaller
+        ) or any(
+            all(_ge(config.get(n), b.get(n)) for n in knobs) and same_rest(config, b)
+            for b in larger
+        )
+
+    return dominated
+
+
+def excluded_rule(
+    space: SearchSpace, history: Iterable[Observation]
+) -> Callable[[Mapping[str, object]], bool]:
+    """``excluded(config)``: the OOM rule or the SLO rule excludes ``config``."""
+    observed = list(history)
+    oom, slo = oom_rule(space, observed), slo_rule(space, observed)
+    return lambda config: oom(config) or slo(config)
 
 
 def _ge(a: object, b: object) -> bool:

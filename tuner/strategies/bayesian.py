@@ -61,7 +61,7 @@ from tuner.strategies.base import (
     SpaceExhausted,
     best_estimate,
     config_key,
-    oom_rule,
+    excluded_rule,
     tried_keys,
 )
 
@@ -142,7 +142,7 @@ class BayesianOptimization(BaseStrategy):
         tried = tried_keys(history) | {
             config_key(o.config) for o in history if o.prior and o.state == "infeasible"
         }
-        dominated = oom_rule(self.space, history)
+        dominated = excluded_rule(self.space, history)
 
         def allowed(config: Mapping[str, ParamValue]) -> bool:
             return config_key(config) not in tried and not dominated(config)
@@ -318,7 +318,7 @@ class BayesianOptimization(BaseStrategy):
         trial (the GP averages the repeats), and a control loop keeps a good configuration
         running instead of stopping. Infeasible configurations are never repeated."""
         assert self._skopt_space is not None
-        dominated = oom_rule(self.space, history)
+        dominated = excluded_rule(self.space, history)
         bad = {config_key(o.config) for o in history if o.state == "infeasible"}
         options = {
             config_key(o.config): dict(o.config)

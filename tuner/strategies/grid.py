@@ -17,7 +17,7 @@ from tuner.strategies.base import (
     SpaceExhausted,
     best_observation,
     config_key,
-    oom_rule,
+    excluded_rule,
     tried_keys,
 )
 
@@ -41,7 +41,7 @@ class GridSearch(BaseStrategy):
         self, history: Sequence[Observation], context: Mapping[str, float] | None
     ) -> Mapping[str, ParamValue]:
         tried = tried_keys(history)
-        dominated = oom_rule(self.space, history)
+        dominated = excluded_rule(self.space, history)
         for config in self._grid:
             if config_key(config) not in tried and not dominated(config):
                 return config

@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from tuner.space import ParamValue
-from tuner.strategies.base import BaseStrategy, Observation, SpaceExhausted, config_key, oom_rule
+from tuner.strategies.base import (
+    BaseStrategy,
+    Observation,
+    SpaceExhausted,
+    config_key,
+    excluded_rule,
+)
 from tuner.strategies.base import tried_keys as _tried_keys
 
 _DRAWS = 200
@@ -26,7 +32,7 @@ class RandomSearch(BaseStrategy):
     ) -> Mapping[str, ParamValue]:
         rng = self._rng(history)
         tried = _tried_keys(history)
-        dominated = oom_rule(self.space, history)
+        dominated = excluded_rule(self.space, history)
         for _ in range(_DRAWS):
             config = self.space.sample(rng)
             if config_key(config) not in tried and not dominated(config):
