@@ -257,7 +257,7 @@ def study_body(plan: argparse.Namespace) -> dict[str, Any]:
     """Both knobs the replica declares, over their declared ranges (examples/inference)."""
     return {
         "name": "batching",
-        "objective": "slo_throughput",
+        "objective": "offered_load_p99",
         "slo_s": plan.slo_ms / 1000,
         "strategy": "bayesian",
         "seed": plan.seed,

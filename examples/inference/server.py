@@ -193,6 +193,8 @@ def build_app(service: InferenceService) -> FastAPI:
     @app.post("/predict")
     async def predict(body: PredictIn) -> PredictOut:
         start = time.monotonic()
+        if service.telemetry is not None:
+            service.telemetry.arrived()
         try:
             future = service.batcher.submit(np.asarray(body.pixels, dtype=np.float32))
         except QueueFull as exc:
