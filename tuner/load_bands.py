@@ -114,8 +114,8 @@ def trial_band(trial: Trial) -> int | None:
 
 
 def band_trials(session: Session, study: Study, band: int) -> list[Trial]:
-    """The study's trials of ``band``, and those of no known band (a trial that failed before
-    it was measured says nothing about any load, and is not proposed again anywhere)."""
+    """The study's trials of ``band``, and those of no known band (neither measured with an
+    offered rate nor asked in a band: they say nothing about any one load)."""
     return [t for t in study_trials(session, study) if in_band(band)(t)]
 
 
