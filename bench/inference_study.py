@@ -12,8 +12,9 @@ the scaler (the autoscaler's webhook target), the open-loop load generator, ``tu
 2. **Runs**, ``--repeats`` times, the two contenders interleaved (their order alternates), each
    on the same schedule (``--rates`` for ``--step-s`` each) and the same seeded arrivals:
    *fixed*: one replica running the sweep's best config; *tuneloop*: one replica starting from
-   the server's default (8, 5 ms), registered with its agent, a fresh ``slo_throughput`` study
-   of both knobs (Bayesian) and an autoscaler (1 to ``--max-replicas``, on the P99 and the
+   the server's default (8, 5 ms), registered with its agent, a fresh ``offered_load_p99``
+   study of both knobs (Bayesian; the lowest P99 at the offered load, one incumbent per load
+   band) and an autoscaler (1 to ``--max-replicas``, on the P99 and the
    queue). Each run gives the share of 10 s windows whose P99 met the SLO (a request not
    served counts as a miss), requests served, and mean replicas; the table gives means with
    95% bootstrap intervals over the repeats and the paired differences.
@@ -257,7 +258,7 @@ def study_body(plan: argparse.Namespace) -> dict[str, Any]:
     """Both knobs the replica declares, over their declared ranges (examples/inference)."""
     return {
         "name": "batching",
-        "objective": "slo_throughput",
+        "objective": "offered_load_p99",
         "slo_s": plan.slo_ms / 1000,
         "strategy": "bayesian",
         "seed": plan.seed,

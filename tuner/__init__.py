@@ -2,7 +2,8 @@
 
 - ``space``: typed search spaces (per-device batch size, sync period, all-reduce bucket size)
   and the learning-rate rule that travels with every proposal;
-- ``objectives``: goodput (Pollux), throughput, SLO-bounded throughput, with directions;
+- ``objectives``: goodput (Pollux), throughput, SLO-bounded throughput, P99 at an
+  offered load (per load band, ``load_bands``), with directions;
 - ``measurement``: turning a window of step samples into a trusted trial value, or a reason to
   wait, extend or fail;
 - ``strategies``: Bayesian optimization, an adaptive bandit, random and grid search behind one
@@ -44,6 +45,7 @@ from tuner.objectives import (
     default_objective,
     get_objective,
     goodput,
+    offered_load_p99,
     per_joule,
     slo_throughput,
     statistical_efficiency,
@@ -120,6 +122,7 @@ __all__ = [
     "make_strategy",
     "max_batch_for_memory",
     "memory_bound",
+    "offered_load_p99",
     "per_joule",
     "power_limit_param",
     "predicted_oom_observations",

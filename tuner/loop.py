@@ -22,6 +22,9 @@ one repeats nothing and loses nothing:
    ``slo_throughput`` trial whose P99 breaks the SLO before its window ends is ended early and
    the job put back on the incumbent, which runs a while before the next trial
    (``tuner.trial_guard``);
+   an ``offered_load_p99`` study keeps one incumbent per band of the offered rate, learns from
+   the current band's trials only, and puts the job on the band's incumbent without a trial
+   when the load moves to another band or there is no headroom (``tuner.load_bands``);
 5. ``max_trials`` finished or nothing left to try: the study ends (``tuner.study_end``): the
    best config is applied only if it beat the pre-study config by more than the noise, else the
    job goes back on the pre-study config; with no complete trial, or a pre-study config that
@@ -39,6 +42,7 @@ from typing import Any, Final
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from tuneloop.accounts import record_audit
 from tuneloop.errors import InvalidInput
 from tuneloop.job_configs import (
     FAILED_STATUSES,
@@ -48,7 +52,7 @@ from tuneloop.job_configs import (
 )
 from tuneloop.storage.models import Job, JobConfig, Study, Trial
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
-from tuner import service, study_end, trial_guard
+from tuner import load_bands, service, study_end, trial_guard
 from tuner.loop_measure import ACTOR, Action, StepResult, audit_trial, measure_trial, tell_trial
 from tuner.strategies.base import REASON_OOM, SpaceExhausted
 from tuner.study_baseline import MAX_BASELINE_ATTEMPTS, baseline_trials, start_baseline_trial
@@ -135,10 +139,27 @@ def _start_trial(
     if baseline is not None:
         return baseline
     held = trial_guard.holding(session, study, job, options, now, series)
+    band = load_bands.current_band(series, session, job, now) if load_bands.banded(study) else None
+    if band is not None:
+        switched = load_bands.follow_band(session, study, job, band[1], no_headroom=bool(held))
+        if switched is not None:
+            record_audit(
+                session,
+                actor=ACTOR,
+                action="study.band_incumbent",
+                target=f"study:{study.id}",
+                project_id=job.project_id,
+                details={"study_id": study.id, "offered_rate": band[0], **switched},
+            )
+            return StepResult(
+                "skip", detail=f"band {band[1]}: on its incumbent ({switched['why']})"
+            )
     if held is not None:
         return StepResult("skip", detail=held)
+    context = None if band is None else {load_bands.RATE_KEY: band[0], load_bands.BAND_KEY: band[1]}
+    keep = None if band is None else load_bands.in_band(band[1])
     try:
-        trial = service.ask(session, study, actor=ACTOR)
+        trial = service.ask(session, study, actor=ACTOR, context=context, keep=keep)
     except SpaceExhausted as exc:  # its message says "nothing left to try"
         return _ended(study_end.complete(session, study, job, str(exc), actor=ACTOR))
     try:

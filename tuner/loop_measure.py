@@ -22,9 +22,9 @@ from tuneloop.accounts import record_audit
 from tuneloop.storage.models import Job, Study, Trial
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuneloop.storage.timeseries.store_backend import StoreBackend
-from tuner import promql_objective, readings, service
+from tuner import load_bands, promql_objective, readings, service
 from tuner.measurement import Sample, TrialVerdict, WindowStats, judge_window
-from tuner.objectives import ENERGY_OBJECTIVES, PROMQL, Evaluation, get_objective
+from tuner.objectives import ENERGY_OBJECTIVES, PROMQL, SLO_OBJECTIVES, Evaluation, get_objective
 from tuner.slo_breach import breach_reason
 from tuner.space import SearchSpace
 from tuner.study_options import StudyOptions
@@ -153,7 +153,7 @@ def measure_trial(
         return extend_trial(session, study, job, trial, evaluation.reason, verdict.stats, window)
     if evaluation.status == "infeasible":
         reason = evaluation.reason
-        if study.objective == "slo_throughput" and options.slo_s is not None:
+        if study.objective in SLO_OBJECTIVES and options.slo_s is not None:
             reason = breach_reason(reason, trial.params, options.slo_s)
         return tell_trial(
             session,
@@ -224,6 +224,18 @@ def _objective_inputs(
     if study.objective == "slo_throughput":
         p99 = readings.latency_quantile(series, job.project_id, job.name, P99, start=warm, end=now)
         return {"throughput": value, "p99_latency_s": p99, "slo_s": options.slo_s}
+    if study.objective == "offered_load_p99":
+        p99 = readings.latency_quantile(series, job.project_id, job.name, P99, start=warm, end=now)
+        return {
+            load_bands.RATE_KEY: load_bands.offered_rate(
+                series, job.project_id, job.name, start=warm, end=now
+            ),
+            "served_rate": load_bands.served_rate(
+                series, job.project_id, job.name, start=warm, end=now
+            ),
+            "p99_latency_s": p99,
+            "slo_s": options.slo_s,
+        }
     if study.objective in ENERGY_OBJECTIVES:
         unit = "throughput_tokens_s" if study.objective == "tokens_per_joule" else ""
         return {

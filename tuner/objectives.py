@@ -27,7 +27,12 @@ is infeasible, however frugal: the energy the job saves must not cost more than 
 in time to result.
 
 Inference services default to **slo_throughput**: the throughput, infeasible when the P99
-latency is over the SLO.
+latency is over the SLO. **offered_load_p99** judges a service under an open-loop load, where
+every configuration that keeps up serves the offered rate and throughput ranks nothing: a
+configuration that keeps up (serves at least :data:`KEEPS_UP` of the requests arriving) is
+scored by its P99 latency (minimized), one over the SLO is infeasible, and one that does not
+keep up scores above the SLO by the share of the offered rate it left unserved, so that
+throughput decides only between configurations that do not keep up.
 
 An objective's ``evaluate`` never raises on bad measurements: a missing, non-finite or
 out-of-domain input gives ``Evaluation(status="missing")`` with the reason, so it can never
@@ -128,6 +133,28 @@ def slo_throughput(throughput: float, p99_latency_s: float, slo_s: float) -> Eva
     return Evaluation.ok(served)
 
 
+KEEPS_UP: Final = 0.98
+"""Served over offered at or above this: the configuration keeps up with its load."""
+
+
+def offered_load_p99(
+    offered_rate: float, served_rate: float, p99_latency_s: float, slo_s: float
+) -> Evaluation:
+    """A service under an offered load (requests/s arriving, ``served_rate`` answered): its P99
+    when it keeps up, ``slo_s * (2 - served / offered)`` when it does not (always above any
+    that keeps up; less the more it serves), infeasible when the P99 is over the SLO."""
+    offered = _non_negative("offered_rate", offered_rate)
+    served = _non_negative("served_rate", served_rate)
+    p99 = _non_negative("p99_latency_s", p99_latency_s)
+    slo = _positive("slo_s", slo_s)
+    if p99 > slo:
+        return Evaluation.infeasible(f"slo: p99 latency {p99:.4g} s > SLO {slo:.4g} s")
+    share = min(1.0, served / offered) if offered > 0 else 1.0
+    if share >= KEEPS_UP:
+        return Evaluation.ok(p99)
+    return Evaluation.ok(slo * (2.0 - share))
+
+
 def step_time(step_time_s: float) -> float:
     """Mean seconds per optimizer step; minimized."""
     return _positive("step_time_s", step_time_s)
@@ -223,6 +250,14 @@ OBJECTIVES: Mapping[str, Objective] = {
             slo_throughput,
         ),
         Objective(
+            "offered_load_p99",
+            "minimize",
+            ("offered_rate", "served_rate", "p99_latency_s", "slo_s"),
+            "inference under an offered load: P99 latency among configs that keep up with the "
+            "arriving requests, infeasible over the SLO, served share below that",
+            offered_load_p99,
+        ),
+        Objective(
             "step_time",
             "minimize",
             ("step_time_s",),
@@ -260,6 +295,11 @@ PROMQL: Final = "promql"
 
 ENERGY_OBJECTIVES: Final = ("samples_per_joule", "tokens_per_joule")
 """Objectives scored per joule of the job's GPUs (``tuner.readings.gpu_power``)."""
+
+SLO_OBJECTIVES: Final = ("slo_throughput", "offered_load_p99")
+"""Inference objectives bounded by the study's ``slo_s`` (guarded trials, the SLO rule)."""
+LOAD_BANDED_OBJECTIVES: Final = ("offered_load_p99",)
+"""Objectives judged per band of the offered rate (``tuner.load_bands``)."""
 
 DEFAULT_OBJECTIVE: Mapping[str, str] = {"training": "goodput", "inference": "slo_throughput"}
 

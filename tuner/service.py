@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -46,7 +46,13 @@ from tuneloop.storage.timeseries.store_backend import StoreBackend
 from tuneloop.storage.types import utcnow
 from tuner import promql_objective, readings, study_end, study_records
 from tuner.memory import predicted_oom_observations
-from tuner.objectives import ENERGY_OBJECTIVES, PROMQL, check_direction, get_objective
+from tuner.objectives import (
+    ENERGY_OBJECTIVES,
+    PROMQL,
+    SLO_OBJECTIVES,
+    check_direction,
+    get_objective,
+)
 from tuner.space import BATCH_SIZE, ParamValue, SearchSpace
 from tuner.strategies.base import Observation, SpaceExhausted
 from tuner.strategies.registry import make_strategy
@@ -134,8 +140,8 @@ def create_study(
             "goodput needs base_batch in the space (the global batch the learning rate was "
             "tuned at, Pollux's M0)"
         )
-    if objective == "slo_throughput" and options.slo_s is None:
-        raise StudyError("slo_throughput needs slo_s (the P99 latency bound in seconds)")
+    if objective in SLO_OBJECTIVES and options.slo_s is None:
+        raise StudyError(f"{objective} needs slo_s (the P99 latency bound in seconds)")
     _check_promql_objective(objective, direction, options)
     if options.throughput_floor is not None and objective not in ENERGY_OBJECTIVES:
         raise StudyError(
@@ -239,8 +245,10 @@ def ask(
     context: Mapping[str, float] | None = None,
     ranks: int | None = None,
     actor: str = ACTOR,
+    keep: Callable[[Trial], bool] | None = None,
 ) -> Trial:
-    """Propose the next trial and store it as ``running``.
+    """Propose the next trial and store it as ``running``; the strategy learns from the
+    study's trials that ``keep`` keeps (default: all; a load band's, ``tuner.load_bands``).
 
     ``ranks``: the job's data-parallel ranks (default: the study's ``ranks`` option); with
     it, and a space with a learning-rate rule, the stored params carry the matching
@@ -264,7 +272,7 @@ def ask(
     priors = prior_observations(session, study)
     for attempt in range(_ASK_RETRIES):
         lock_study(session, study)
-        rows = study_trials(session, study)
+        rows = [t for t in study_trials(session, study) if keep is None or keep(t)]
         past = [observation(t, space) for t in rows]
         bound = study_memory_bound(study, rows)
         predicted: tuple[Observation, ...] = ()

@@ -28,9 +28,9 @@ from tuneloop.job_configs import latest_config, propose
 from tuneloop.storage.models import Job, Study, Trial
 from tuneloop.storage.timeseries.backend import TimeSeriesBackend
 from tuneloop.storage.timeseries.store_backend import StoreBackend
-from tuner import readings
+from tuner import load_bands, readings
 from tuner.loop_measure import P99, StepResult, audit_trial, tell_trial
-from tuner.objectives import check_direction
+from tuner.objectives import SLO_OBJECTIVES, check_direction
 from tuner.slo_breach import breach_reason
 from tuner.strategies.base import best_estimate
 from tuner.study_baseline import pre_study_config
@@ -40,7 +40,7 @@ from tuner.trial_measurements import TrialMeasurements
 
 GUARD_REASON: Final = "slo: guard"
 """The verdict of a trial the guard ended (an SLO breach: ``tuner.slo_breach`` says which way)."""
-GUARDED_OBJECTIVES: Final = ("slo_throughput",)
+GUARDED_OBJECTIVES: Final = SLO_OBJECTIVES
 MAX_HOLD_DOUBLINGS: Final = 3
 """The hold after guarded trials in a row doubles at most this many times (8 x ``hold_s``)."""
 
@@ -80,8 +80,10 @@ def guard_trial(
         f"({guard.p99_factor:g} x SLO) {elapsed:.0f} s into the trial"
     )
     reason = breach_reason(verdict, trial.params, options.slo_s)
+    offered = load_bands.offered_rate(series, job.project_id, job.name, start=applied, end=now)
     measured = {
         "guard": {
+            load_bands.RATE_KEY: offered,
             "p99_latency_s": p99,
             "bound_s": bound,
             "elapsed_s": elapsed,
@@ -96,7 +98,7 @@ def guard_trial(
 
 
 def _roll_back(session: Session, study: Study, job: Job, trial: Trial, reason: str) -> None:
-    incumbent, which = _incumbent(session, study)
+    incumbent, which = _incumbent(session, study, trial)
     if incumbent is None:
         return
     previous = latest_config(session, job, "desired")
@@ -112,9 +114,12 @@ def _roll_back(session: Session, study: Study, job: Job, trial: Trial, reason: s
     session.flush()
 
 
-def _incumbent(session: Session, study: Study) -> tuple[dict[str, Any] | None, str]:
+def _incumbent(session: Session, study: Study, trial: Trial) -> tuple[dict[str, Any] | None, str]:
     """The best feasible configuration measured so far (its trials named), else the
-    pre-study config."""
+    pre-study config; of the guarded trial's load band when the study keeps bands."""
+    band = load_bands.trial_band(trial) if load_bands.banded(study) else None
+    if band is not None:
+        return load_bands.band_incumbent(session, study, band)
     space = study_space(study)
     best = best_estimate(history(session, study), check_direction(study.direction))
     if best is not None:

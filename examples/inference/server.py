@@ -18,7 +18,8 @@ tuneloop's agent and declares both knobs (:func:`declared_knobs`: ``max_batch_si
 of two in [1, 64]; ``max_delay_ms``, log scale in [1, 64]; each starting at the command line's
 value), applies each released config between two batches and acknowledges it (one it cannot
 run is reported as failed), times each batch as a step (samples: the batch's requests) and
-exports its latency histogram and queue depth (:mod:`examples.inference.telemetry`).
+exports its latency histogram, the requests arriving and its queue depth
+(:mod:`examples.inference.telemetry`).
 """
 
 from __future__ import annotations
@@ -193,6 +194,8 @@ def build_app(service: InferenceService) -> FastAPI:
     @app.post("/predict")
     async def predict(body: PredictIn) -> PredictOut:
         start = time.monotonic()
+        if service.telemetry is not None:
+            service.telemetry.arrived()
         try:
             future = service.batcher.submit(np.asarray(body.pixels, dtype=np.float32))
         except QueueFull as exc:

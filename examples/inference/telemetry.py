@@ -1,10 +1,13 @@
 """What a replica reports over OTLP/HTTP beside the agent's step timings: its request latency
-histogram and its queue depth, under the job's name (``service.name``) and the replica's
-(``service.instance.id``, stored as ``instance``).
+histogram, a counter of the requests arriving (answered or not) and its queue depth, under the
+job's name (``service.name``) and the replica's (``service.instance.id``, stored as
+``instance``).
 
 tuneloop's receiver names them as Prometheus does: ``tuneloop_request_duration_seconds``
-(``_bucket``/``_sum``/``_count``; the P99 of the ``slo_throughput`` objective) and
-``inference_queue_depth`` (the autoscaler's queue signal).
+(``_bucket``/``_sum``/``_count``; the P99 of the ``slo_throughput`` and ``offered_load_p99``
+objectives, and the served rate), ``inference_requests_arrived_total`` (the offered rate of
+``offered_load_p99`` and its load bands) and ``inference_queue_depth`` (the autoscaler's queue
+signal).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ LATENCY_BUCKETS_S: Final = (
 """Bounds around the SLOs a small model's service meets: 20 ms to 1 s."""
 LATENCY_METRIC: Final = "tuneloop.request.duration"
 QUEUE_METRIC: Final = "inference.queue.depth"
+ARRIVED_METRIC: Final = "inference.requests.arrived"
 
 
 class ServerTelemetry:
@@ -63,6 +67,9 @@ class ServerTelemetry:
             description="Time from a request's arrival to its answer",
             explicit_bucket_boundaries_advisory=list(LATENCY_BUCKETS_S),
         )
+        self._arrived = meter.create_counter(
+            ARRIVED_METRIC, unit="{request}", description="Requests arriving, before the queue"
+        )
         self._queue_depth: Callable[[], int] | None = None
 
         def observe(_options: CallbackOptions) -> Iterable[Observation]:
@@ -75,6 +82,10 @@ class ServerTelemetry:
 
     def watch_queue(self, queue_depth: Callable[[], int]) -> None:
         self._queue_depth = queue_depth
+
+    def arrived(self) -> None:
+        """Once per request as it arrives, whether it is then answered or refused."""
+        self._arrived.add(1, self._point)
 
     def record(self, seconds: float) -> None:
         self._latency.record(seconds, self._point)

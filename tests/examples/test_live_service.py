@@ -96,6 +96,17 @@ def test_the_webhook_scales_real_replicas_that_take_released_knobs(
         short = httpx.post(f"{replica_url}/predict", json={"pixels": [0.5] * 3}, timeout=10)
         assert short.status_code == 422
 
+        def arrived() -> float:
+            # The offered rate of an offered_load_p99 study counts the requests arriving.
+            query = f'sum(inference_requests_arrived_total{{job="{JOB}"}})'
+            answer = httpx.get(
+                f"{live.url}/api/v1/query", params={"query": query}, headers=member, timeout=10
+            ).json()
+            found = answer["data"]["result"]
+            return float(found[0]["value"][1]) if found else 0.0
+
+        wait_for(lambda: arrived() >= 1, 30, "the arrivals counter over OTLP")
+
         def config() -> dict[str, Any]:
             return dict(httpx.get(f"{job_url}/config", headers=member, timeout=10).json())
 

@@ -166,3 +166,23 @@ def write_gpu_memory(
     ]
     result = SampleWriter(engine).write(project_id, batches)
     assert not result.rejected, result.rejected
+
+
+def write_counter(
+    engine: Engine,
+    project_id: int,
+    job: str,
+    metric: str,
+    *,
+    start: datetime,
+    end: datetime,
+    per_second: float,
+) -> None:
+    """A counter of ``job`` growing by ``per_second`` each second over ``[start, end]``
+    (from 0 at ``start``: a reset for the reader, as a restarted replica's)."""
+    seconds = int((end - start).total_seconds())
+    times = [start + timedelta(seconds=i) for i in range(seconds + 1)]
+    values = [per_second * i for i in range(len(times))]
+    batch = SeriesBatch(metric, {"job": job}, times, values, SeriesKind.COUNTER)
+    result = SampleWriter(engine).write(project_id, [batch])
+    assert not result.rejected, result.rejected

@@ -83,6 +83,7 @@ def test_slo_throughput(p99: float, status: str, value: float | None) -> None:
 def test_registry_directions_and_defaults() -> None:
     assert sorted(OBJECTIVES) == [
         "goodput",
+        "offered_load_p99",
         "promql",
         "samples_per_joule",
         "slo_throughput",
@@ -93,6 +94,7 @@ def test_registry_directions_and_defaults() -> None:
     assert get_objective("samples_per_joule").direction == "maximize"
     assert get_objective("goodput").direction == "maximize"
     assert get_objective("step_time").direction == "minimize"
+    assert get_objective("offered_load_p99").direction == "minimize"
     assert default_objective("training").name == "goodput"
     assert default_objective("inference").name == "slo_throughput"
     with pytest.raises(ObjectiveError, match="unknown objective 'goodptu'; known: goodput, "):
@@ -188,3 +190,36 @@ def test_per_joule_needs_power_drawn() -> None:
     )
     assert result.status == "missing"
     assert "gpu_power_w must be a positive finite number" in result.reason
+
+
+def _offered(offered: float, served: float, p99: float, slo: float = 0.15) -> Evaluation:
+    inputs = {"offered_rate": offered, "served_rate": served, "p99_latency_s": p99, "slo_s": slo}
+    return get_objective("offered_load_p99").evaluate(inputs)
+
+
+def test_offered_load_p99_ranks_configs_that_keep_up_by_their_p99() -> None:
+    # Both serve the 20 requests/s arriving: throughput cannot tell them apart, the P99 does.
+    short_wait, long_wait = _offered(20.0, 20.0, 0.02), _offered(20.0, 19.9, 0.12)
+    assert short_wait == Evaluation.ok(0.02)
+    assert long_wait == Evaluation.ok(0.12)
+
+
+def test_offered_load_p99_puts_every_config_that_falls_behind_after_those_that_keep_up() -> None:
+    behind = _offered(80.0, 60.0, 0.1)
+    further_behind = _offered(80.0, 40.0, 0.1)
+    assert behind.value == pytest.approx(0.15 * (2 - 0.75))
+    assert further_behind.value == pytest.approx(0.15 * 1.5)
+    kept_up = _offered(80.0, 80.0, 0.149)
+    assert kept_up.value is not None and behind.value is not None
+    assert further_behind.value is not None
+    assert kept_up.value < behind.value < further_behind.value  # minimized
+
+
+def test_offered_load_p99_is_infeasible_over_the_slo_and_missing_without_a_rate() -> None:
+    over = _offered(20.0, 20.0, 0.2)
+    assert over.status == "infeasible" and over.reason.startswith("slo: p99 latency 0.2 s")
+    assert _offered(0.0, 0.0, 0.01) == Evaluation.ok(0.01)  # no load: nothing to fall behind
+    objective = get_objective("offered_load_p99")
+    missing = objective.evaluate({"served_rate": 1.0, "p99_latency_s": 0.01, "slo_s": 0.15})
+    assert missing.status == "missing" and "no offered_rate" in missing.reason
+    assert _offered(-1.0, 1.0, 0.01).status == "missing"
