@@ -49,6 +49,8 @@ def test_flags_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         ("TUNELOOP_PORT", "70000", "invalid setting TUNELOOP_PORT:"),
         ("TUNELOOP_DATABASE_URL", "mysql://x", "invalid setting TUNELOOP_DATABASE_URL:"),
         ("TUNELOOP_LOG_LEVEL", "loud", "invalid setting TUNELOOP_LOG_LEVEL:"),
+        ("TUNELOOP_CHUNK_MIN_SAMPLES", "0", "invalid setting TUNELOOP_CHUNK_MIN_SAMPLES:"),
+        ("TUNELOOP_CHUNK_MIN_SAMPLES", "many", "invalid setting TUNELOOP_CHUNK_MIN_SAMPLES:"),
     ],
 )
 def test_invalid_environment_names_the_setting(
