@@ -55,6 +55,9 @@ BATCH_RANGE: Final = (1, 64)
 DELAY_RANGE_MS: Final = (1, 64)
 """The ranges the replica declares to tuneloop, which a study searches: a request never waits
 for more than 64 others or 64 ms (the batcher itself takes wider values, e.g. ``PUT /knobs``)."""
+KEEPALIVE_TIMEOUT_S: Final = 15
+"""How long an idle client connection stays open: longer than the load generator keeps one
+(``wire.KEEPALIVE_EXPIRY_S``), so the client, not the server, ends an idle connection."""
 
 
 class PredictIn(BaseModel):
@@ -283,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         uvicorn.run(
             build_app(service), host=args.host, port=args.port, log_level="warning",
-            access_log=False,
+            access_log=False, timeout_keep_alive=KEEPALIVE_TIMEOUT_S,
         )  # fmt: skip
     finally:
         service.close()
