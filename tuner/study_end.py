@@ -7,7 +7,9 @@ config that was measured as good:
 
 - ``complete`` (``max_trials`` done, or nothing left to try): the best trial is applied only if
   it beats the baseline trial by more than the noise (:func:`beats_baseline`); otherwise the
-  pre-study config is restored, and the end reason says which;
+  pre-study config is restored, and the end reason says which. A study with load bands
+  (``tuner.load_bands``) ends on the band the load is in: only that band's trials compete, as
+  they did for its incumbent while the study ran;
 - ``failed`` (no trial completed, the pre-study config could not be measured, the job stopped
   acknowledging or ended) and ``cancelled``: the pre-study config is restored;
 - ``stopped`` (not an end: it may be resumed) restores it too, since a stop can last days.
@@ -23,7 +25,7 @@ with its reason.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -109,13 +111,28 @@ def _apply(session: Session, study: Study, job: Job, top: Trial) -> JobConfig:
     return propose(session, job, config, origin="study-outcome", study_id=study.id)
 
 
-def complete(session: Session, study: Study, job: Job, why: str, *, actor: str) -> Outcome:
+def complete(
+    session: Session,
+    study: Study,
+    job: Job,
+    why: str,
+    *,
+    actor: str,
+    keep: Callable[[Trial], bool] | None = None,
+    scope: str = "",
+) -> Outcome:
     """End a study whose trials are done: apply the config it keeps (``best_estimate``: each
     configuration's trials pooled, ranked one standard error pessimistically) if it beat the
     pre-study config by more than the noise, else restore the pre-study config; ``failed``
-    when no trial completed."""
+    when no trial completed. ``keep`` limits the competing trials (a load band's, with
+    ``scope`` saying which for the end reason); a pre-study config measured only outside them
+    counts as not measured."""
     direction = check_direction(study.direction)
     history = study_records.history(session, study)
+    if keep is not None:
+        kept = {t.number for t in study_records.study_trials(session, study) if keep(t)}
+        history = [o for o in history if o.number in kept]
+        why = f"{why}; {scope}" if scope else why
     top = best_estimate(history, direction)
     if top is None:
         return fail(session, study, job, f"{why}; no trial completed", actor=actor)
@@ -123,7 +140,8 @@ def complete(session: Session, study: Study, job: Job, why: str, *, actor: str) 
         select(Trial).where(Trial.study_id == study.id, Trial.number == top.trials[-1])
     ).one()
     bases = baseline_trials(session, study)
-    measured = [t for t in bases if t.state == "complete"]
+    competing = {o.number for o in history}
+    measured = [t for t in bases if t.state == "complete" and t.number in competing]
     details: dict[str, Any] = {"why": why, "best": _summary(top, chosen)}
     if measured:
         key = config_key(_config_of(history, measured[-1].number))
@@ -141,7 +159,7 @@ def complete(session: Session, study: Study, job: Job, why: str, *, actor: str) 
             reason = f"{why}; {verdict}; {restored}"
             return _end(session, study, job, "complete", reason, row, actor, details)
         reason = f"{why}; {figures}: applied trial {chosen.number}"
-    elif bases and all(t.state == "infeasible" for t in bases):
+    elif bases and all(t.state == "infeasible" for t in bases) and keep is None:
         reason = f"{why}; the pre-study config was infeasible: applied trial {chosen.number}"
     else:
         reason = f"{why}; no measurement of the pre-study config: applied trial {chosen.number}"

@@ -188,3 +188,32 @@ def test_a_guarded_trial_counts_in_the_band_it_broke_the_slo_in(engine: Engine) 
     assert trial.measurements["data"]["guard"]["offered_rate"] == pytest.approx(80.0, rel=0.05)
     # An overload at 80/s excludes nothing at 20/s: band 4's strategy never sees it.
     assert _band_numbers(loop, 6) == [2] and _band_numbers(loop, 4) == [1]
+
+
+def test_a_study_ends_on_the_best_config_of_the_band_the_load_is_in(engine: Engine) -> None:
+    """The best trial overall ran at 80/s; the study ends at 20/s, where the pre-study config
+    measured best: the job is put back on it, not on the 80/s winner."""
+    options = StudyOptions(measurement=POLICY, ranks=RANKS, slo_s=SLO_S, max_trials=3)
+    loop = make_loop(engine, objective="offered_load_p99", options=options)
+    start_config = _desired(loop)[1]
+    _run_trial(loop, -100, offered=20.0, latency=MEDIUM)  # the pre-study config, band 4
+    _arrivals(loop, -68, -1, 20.0)
+    assert _run_trial(loop, 0, offered=20.0, latency=BUSY) == "complete"  # worse, band 4
+    _arrivals(loop, 32, 45, 80.0)
+    assert loop.step(45).detail.startswith("band 6: on its incumbent")
+    assert _run_trial(loop, 46, offered=80.0, latency=FAST) == "complete"  # best, band 6
+    winner = loop.trials()[-1]
+    assert load_bands.trial_band(winner) == 6
+
+    _arrivals(loop, 78, 90, 20.0)
+    ended = loop.step(90)
+    assert ended.action == "completed", ended
+    with session_scope(session_factory(loop.engine)) as session:
+        study = session.get(Study, loop.study_id)
+        assert study is not None
+        assert study.state == "complete"
+        assert "ended in load band 4" in (study.end_reason or "")
+        assert "the pre-study config was the best measured" in (study.end_reason or "")
+    config = _desired(loop)[1]
+    assert {k: config[k] for k in start_config} == start_config
+    assert {k: config[k] for k in start_config} != {k: winner.params[k] for k in start_config}
