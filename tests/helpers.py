@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 import uvicorn
@@ -33,17 +33,23 @@ def api_server(
     runtime: Runtime, pipeline: Pipeline, *, log_level: str = "warning"
 ) -> Iterator[tuple[str, uvicorn.Server, threading.Thread]]:
     """The API app served by uvicorn on a free port in a background thread; stopped on exit."""
+    # On exit, a request still open (an agent's long poll for its next config) is cut after a
+    # second instead of holding the test up until the join gives up.
+    app = create_app(runtime, pipeline)
+    with serving(app, log_level=log_level, timeout_graceful_shutdown=1) as served:
+        yield served
+
+
+@contextmanager
+def serving(
+    app: Any, *, log_level: str = "warning", **config: Any
+) -> Iterator[tuple[str, uvicorn.Server, threading.Thread]]:
+    """``app`` served by uvicorn (``config``: more ``uvicorn.Config`` options) on a free port in
+    a background thread: its base URL, the server and the thread; stopped on exit."""
     port = free_port()
-    config = uvicorn.Config(
-        create_app(runtime, pipeline),
-        host="127.0.0.1",
-        port=port,
-        log_level=log_level,
-        # On exit, a request still open (an agent's long poll for its next config) is cut
-        # after a second instead of holding the test up until the join below gives up.
-        timeout_graceful_shutdown=1,
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level, **config)
     )
-    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -4,55 +4,26 @@ the server closes them, and a reused connection the server closed is retried on 
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
 from examples.inference.wire import Pool, WireError
+from tests.helpers import free_port, serving
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _serve(keep_alive_s: float) -> Iterator[str]:
+@pytest.fixture
+def quick_closing_server() -> Iterator[str]:
+    """Closes a connection idle for 0.3 s, as uvicorn closes one idle for 5 s by default."""
     app = FastAPI()
 
     @app.post("/predict")
     def predict(body: dict[str, list[float]]) -> dict[str, int]:
         return {"n": len(body["pixels"])}
 
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app, host="127.0.0.1", port=port, log_level="warning",
-            timeout_keep_alive=keep_alive_s,  # type: ignore[arg-type]
-        )
-    )  # fmt: skip
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}/predict"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-
-
-@pytest.fixture
-def quick_closing_server() -> Iterator[str]:
-    """Closes a connection idle for 0.3 s, as uvicorn closes one idle for 5 s by default."""
-    yield from _serve(0.3)
+    with serving(app, timeout_keep_alive=0.3) as (url, _, _):
+        yield f"{url}/predict"
 
 
 def test_a_connection_is_reused_while_fresh(quick_closing_server: str) -> None:
@@ -101,7 +72,7 @@ def test_an_idle_connection_past_the_expiry_is_not_reused(quick_closing_server: 
 
 
 def test_a_refused_connection_is_a_wire_error_named_by_its_url() -> None:
-    url = f"http://127.0.0.1:{_free_port()}/predict"
+    url = f"http://127.0.0.1:{free_port()}/predict"
 
     async def go() -> None:
         await Pool().post_json(url, {"pixels": [1.0]}, 5)
