@@ -1,7 +1,11 @@
 """The price of the energy counter's ``increase`` in the 1-minute rollup pass: one
-``update_rollups`` pass over ``--span`` minutes of a dcgm-exporter fleet, with the step that
-sets ``samples_1m.increase`` (``counter_increase.update_increase``, a second statement that
-reads the counters' raw rows of the pass again) and without it.
+``update_rollups`` pass over ``--span`` minutes of a dcgm-exporter fleet, three ways.
+
+* **none**: the minute rows upserted without ``increase`` (the pass before migration 0015);
+* **UPDATE after** (the pass until the increase joined the upsert): the same upsert, then
+  ``counter_increase.update_increase`` over the same minutes, a second statement that reads
+  the counters' raw rows again and writes a second version of each counter row;
+* **one statement** (the code as it is): the upsert writes ``increase`` with the row.
 
 Data: ``--hours`` of dcgm-exporter data (``bench/fleet_day.py``: 100 GPUs, 10 fields, 1,000
 series, a sample every 15 s; the energy counter is 1 series in 10 there, against about 1 in
@@ -12,13 +16,13 @@ Each pass starts from the same state, set up untimed: the 1-minute rows of the l
 ``--span`` minutes before the pass's end deleted and the 1-minute watermark put back to their
 start (then ``VACUUM`` on PostgreSQL). The timed call is ``update_rollups(now=...)`` itself:
 the ``--span`` new minutes plus the 2 minutes of lateness it recomputes, one transaction, the
-hourly level finding nothing to do, as a pass after a ``--span``-minute pause does.
-Contenders, interleaved, ``--repeats`` times each: **with** (the code as it is) and
-**without** (``update_increase`` replaced by a no-op). share = 1 - without / with, paired
-(SQLite keeps no ``increase``: the step is a no-op there, measured as a control). Medians with
-95% bootstrap intervals::
+hourly level finding nothing to do, as a pass after a ``--span``-minute pause does. The three
+contenders run interleaved (the order rotating), ``--repeats`` times each, after a check that
+the two with ``increase`` leave the same rows. Paired ratios against **none**, and of
+**UPDATE after** to **one statement**; SQLite keeps no ``increase`` (all three run the same
+statements there: a control). Medians with 95% bootstrap intervals::
 
-    python bench/rollup_pass.py              # about a minute on 2 busy cores
+    python bench/rollup_pass.py              # about 2 minutes on 2 busy cores
     python bench/rollup_pass.py --repeats 9  # a smoke run
 """
 
@@ -32,36 +36,84 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import Engine, delete, func, select, text, update
+from sqlalchemy import Connection, Engine, delete, select, text, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dashboard_query import disposing
 from fleet_day import dcgm_day
 from remote_write import interval
-from storage_footprint import SETTLE
 from storage_write import DEFAULT_URL, machine
 from store_compaction import build_template, log, template_url
 
 from tuneloop.storage import make_engine
-from tuneloop.storage.models import RollupState, Series, samples_1m
+from tuneloop.storage.models import ROLLUP_TABLES, RollupState, Series, samples, samples_1m
 from tuneloop.storage.timeseries import rollups
-from tuneloop.storage.timeseries.counter_increase import INCREASE_METRICS
-from tuneloop.storage.timeseries.rollups import DEFAULT_LATENESS_S, MINUTE_S, floor_time
+from tuneloop.storage.timeseries.counter_increase import update_increase
+from tuneloop.storage.timeseries.rollups import (
+    DEFAULT_LATENESS_S,
+    MINUTE_S,
+    PARTIAL_FIELDS,
+    floor_time,
+)
 
 LATENESS = timedelta(seconds=DEFAULT_LATENESS_S)
+CONTENDERS = ("none", "UPDATE after", "one statement")
+
+
+def upsert_minutes(connection: Connection, level: Any, begin: datetime, end: datetime) -> int:
+    """The 1-minute upsert without ``increase``: the statement as it was before migration
+    0015, the rows (count, sum, min, max, last, last_ts) only."""
+    dialect = connection.dialect.name
+    table = ROLLUP_TABLES[level.resolution_s]
+    ts = samples.c.ts
+    rows = (
+        rollups.partial_rows(samples, MINUTE_S, dialect, PARTIAL_FIELDS, ts >= begin, ts < end)
+        .join_from(samples, Series, Series.id == samples.c.series_id)
+        .subquery("rows")
+    )
+    merged = select(
+        rows.c.series_id,
+        rows.c.bucket,
+        *(rollups.merge(rows, field, dialect) for field in PARTIAL_FIELDS),
+    ).group_by(rows.c.series_id, rows.c.bucket)
+    insert = postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
+    insert = insert.from_select(["series_id", "bucket", *PARTIAL_FIELDS], merged)
+    statement = insert.on_conflict_do_update(
+        index_elements=[table.c.series_id, table.c.bucket],
+        set_={field: insert.excluded[field] for field in PARTIAL_FIELDS},
+    )
+    result = connection.execute(statement.execution_options(preserve_rowcount=True))
+    return max(result.rowcount, 0)
+
+
+def upsert_then_update(connection: Connection, level: Any, begin: datetime, end: datetime) -> int:
+    """The pass's statements until the increase joined the upsert."""
+    upserted = upsert_minutes(connection, level, begin, end)
+    update_increase(connection, begin, end)
+    return upserted
 
 
 @contextmanager
-def increase_skipped() -> Iterator[None]:
-    """The pass without its second statement: ``increase`` is left as it was."""
-    original = rollups.update_increase
-    rollups.update_increase = lambda *args, **kwargs: 0
+def contender(name: str) -> Iterator[None]:
+    """The rollup pass as ``name`` runs it: the 1-minute level's statements swapped."""
+    replacement = {"none": upsert_minutes, "UPDATE after": upsert_then_update}.get(name)
+    original = rollups._upsert_buckets
+    if replacement is not None:
+
+        def swapped(connection: Connection, level: Any, begin: datetime, end: datetime) -> int:
+            if level.source is not samples:  # the hourly level as it is
+                return original(connection, level, begin, end)
+            return replacement(connection, level, begin, end)
+
+        rollups._upsert_buckets = swapped
     try:
         yield
     finally:
-        rollups.update_increase = original
+        rollups._upsert_buckets = original
 
 
 def reset(engine: Engine, begin: datetime, end: datetime) -> None:
@@ -78,56 +130,64 @@ def reset(engine: Engine, begin: datetime, end: datetime) -> None:
             connection.execute(text("VACUUM samples_1m"))
 
 
-def increases(engine: Engine, begin: datetime, end: datetime) -> int:
-    """The counters' 1-minute rows in ``[begin, end)`` that hold an ``increase``."""
-    statement = (
-        select(func.count())
-        .select_from(samples_1m.join(Series, Series.id == samples_1m.c.series_id))
-        .where(
-            Series.metric.in_(INCREASE_METRICS),
-            samples_1m.c.increase.is_not(None),
-            samples_1m.c.bucket >= begin,
-            samples_1m.c.bucket < end,
-        )
-    )
+def minute_rows(engine: Engine, begin: datetime) -> list[tuple[Any, ...]]:
+    """Every 1-minute row from two minutes before ``begin`` (what a pass rewrites)."""
     with engine.connect() as connection:
-        found = connection.execute(statement).scalar_one()
-    return int(found)
+        found = connection.execute(
+            select(samples_1m)
+            .where(samples_1m.c.bucket >= begin - LATENESS)
+            .order_by(samples_1m.c.series_id, samples_1m.c.bucket)
+        )
+        return [tuple(row) for row in found]
 
 
-def one_pass(engine: Engine, begin: datetime, end: datetime, with_increase: bool) -> float:
+def one_pass(engine: Engine, begin: datetime, end: datetime, name: str) -> float:
     reset(engine, begin, end)
-    began = time.perf_counter()
-    if with_increase:
+    with contender(name):
+        began = time.perf_counter()
         upserted = rollups.update_rollups(engine, now=end + LATENESS)
-    else:
-        with increase_skipped():
-            upserted = rollups.update_rollups(engine, now=end + LATENESS)
-    seconds = time.perf_counter() - began
+        seconds = time.perf_counter() - began
     assert upserted[MINUTE_S] > 0 and upserted[rollups.HOUR_S] == 0, upserted
     return seconds
 
 
-def measure(
-    engine: Engine, begin: datetime, end: datetime, repeats: int
-) -> tuple[list[float], list[float]]:
-    """Seconds of the pass with the increase step and without, interleaved."""
-    one_pass(engine, begin, end, with_increase=True)  # warm the caches
-    counted = increases(engine, begin, end)
-    log(f"  the pass with the step: {counted} counter minutes hold an increase")
-    assert counted > 0 or engine.dialect.name != "postgresql", "the pass set no increase"
-    times: dict[bool, list[float]] = {True: [], False: []}
+def check(engine: Engine, begin: datetime, end: datetime) -> None:
+    """The two passes with ``increase`` leave the same rows, and (PostgreSQL) the counters'
+    new minutes hold one."""
+    left = {}
+    for name in CONTENDERS[1:]:
+        one_pass(engine, begin, end, name)
+        left[name] = minute_rows(engine, begin)
+    assert left["UPDATE after"] == left["one statement"], "the passes leave different rows"
+    index = [column.name for column in samples_1m.c].index("increase")
+    held = sum(row[index] is not None for row in left["one statement"])
+    log(
+        f"  both passes leave the same {len(left['one statement']):,} rows; {held} hold an increase"
+    )
+    assert held > 0 or engine.dialect.name != "postgresql", "the pass set no increase"
+
+
+def measure(engine: Engine, begin: datetime, end: datetime, repeats: int) -> dict[str, list[float]]:
+    """Seconds of the pass of each contender, interleaved, the order rotating."""
+    check(engine, begin, end)
+    times: dict[str, list[float]] = {name: [] for name in CONTENDERS}
     for round_ in range(repeats):
-        for which in (True, False) if round_ % 2 == 0 else (False, True):
-            times[which].append(one_pass(engine, begin, end, with_increase=which))
-        if (round_ + 1) % 10 == 0:
+        shift = round_ % len(CONTENDERS)
+        for name in CONTENDERS[shift:] + CONTENDERS[:shift]:
+            times[name].append(one_pass(engine, begin, end, name))
+        if (round_ + 1) % 20 == 0:
             log(f"  {round_ + 1}/{repeats} rounds")
-    return times[True], times[False]
+    return times
 
 
 def fmt(values: list[float]) -> str:
     median, low, high = interval(values)
     return f"{median * 1000:.1f} [{low * 1000:.1f}-{high * 1000:.1f}]"
+
+
+def ratio(numerator: list[float], denominator: list[float]) -> str:
+    median, low, high = interval([a / b for a, b in zip(numerator, denominator, strict=True)])
+    return f"**{median:.3f}** [{low:.3f}-{high:.3f}]"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,24 +218,23 @@ def main(argv: list[str] | None = None) -> int:
                     ) as connection:
                         connection.execute(text("VACUUM ANALYZE"))
                 loads.append(os.getloadavg()[0])
-                with_, without = measure(engine, begin, end, args.repeats)
+                times = measure(engine, begin, end, args.repeats)
                 loads.append(os.getloadavg()[0])
-            shares = [1 - b / a for a, b in zip(with_, without, strict=True)]
-            ratios = [a / b for a, b in zip(with_, without, strict=True)]
-            share, share_low, share_high = interval(shares)
-            ratio, ratio_low, ratio_high = interval(ratios)
-            lines.append(
-                f"| {kind} | {fmt(without)} | {fmt(with_)} "
-                f"| **{ratio:.3f}** [{ratio_low:.3f}-{ratio_high:.3f}] "
-                f"| {share:.1%} [{share_low:.1%}-{share_high:.1%}] |"
-            )
+        none, before, now = (times[name] for name in CONTENDERS)
+        lines.append(
+            f"| {kind} | {fmt(none)} | {fmt(before)} | {fmt(now)} | {ratio(before, none)} "
+            f"| {ratio(now, none)} | {ratio(before, now)} |"
+        )
     print(f"\n{server}; load average {min(loads):.1f} to {max(loads):.1f}")
     print(
         f"one pass: {args.span} new minutes + {DEFAULT_LATENESS_S // 60} recomputed, "
         f"{data.series:,} series; median of {args.repeats}, [95% interval]; times in ms\n"
     )
-    print("| database | without increase ms | with increase ms | with / without | share |")
-    print("|---|---:|---:|---:|---:|")
+    print(
+        "| database | none ms | UPDATE after ms | one statement ms | UPDATE after / none "
+        "| one statement / none | UPDATE after / one statement |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
     print("\n".join(lines))
     return 0
 
