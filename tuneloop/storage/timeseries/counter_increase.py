@@ -8,10 +8,12 @@ reset and counts the new value (``tuneloop.cost.counter_growth``'s rule). The fi
 series has no pair. Minutes of the series with samples get a value (0.0 when nothing grew);
 every other row, and every series whose metric is not in :data:`INCREASE_METRICS`, stays NULL.
 
-The 1-minute rollup pass fills it for the minutes it (re)computes, reading raw rows, which
-compaction never touches before that pass has run; the sample before the pass's first minute
-is the ``last`` of the series' latest 1-minute row before it. Migration 0015 fills it for the
-rows that existed before, reading through :func:`.sample_source.sample_rows` (chunks too).
+The 1-minute rollup pass writes it with the rows it (re)computes, in its upsert
+(:func:`increase_minutes` joined to the minute rows), reading raw rows, which compaction never
+touches before that pass has run; the sample before the pass's first minute is the ``last`` of
+the series' latest 1-minute row before it. Migration 0015 fills it for the rows that existed
+before (:func:`update_increase`), reading through :func:`.sample_source.sample_rows` (chunks
+too).
 SQLite has no stored functions, and the API reads samples: the column stays NULL there.
 """
 
@@ -26,6 +28,7 @@ from sqlalchemy import (
     DateTime,
     FromClause,
     Interval,
+    Subquery,
     Table,
     case,
     func,
@@ -62,6 +65,30 @@ def update_increase(
     no-op elsewhere). ``begin`` must be a whole minute."""
     if connection.dialect.name != "postgresql":
         return 0
+    minutes = increase_minutes(begin, end, source=source, series_ids=series_ids)
+    statement = (
+        update(samples_1m)
+        .where(
+            samples_1m.c.series_id == minutes.c.series_id,
+            samples_1m.c.bucket == minutes.c.bucket,
+            # A recompute that finds the same figure rewrites no row.
+            samples_1m.c.increase.is_distinct_from(minutes.c.increase),
+        )
+        .values(increase=minutes.c.increase)
+    )
+    result = connection.execute(statement)
+    return max(result.rowcount, 0)
+
+
+def increase_minutes(
+    begin: datetime,
+    end: datetime,
+    *,
+    source: FromClause = samples,
+    series_ids: Sequence[int] | None = None,
+) -> Subquery:
+    """(series_id, bucket, increase) of the counters' minutes in ``[begin, end)`` that have
+    samples in ``source``, in PostgreSQL's SQL. ``begin`` must be a whole minute."""
     counters = select(_series.c.id).where(_series.c.metric.in_(INCREASE_METRICS))
     if series_ids is not None:
         counters = counters.where(_series.c.id.in_(list(series_ids)))
@@ -108,18 +135,7 @@ def update_increase(
         .group_by(paired.c.series_id, bucket)
         .subquery("minutes")
     )
-    statement = (
-        update(samples_1m)
-        .where(
-            samples_1m.c.series_id == minutes.c.series_id,
-            samples_1m.c.bucket == minutes.c.bucket,
-            # A recompute that finds the same figure rewrites no row.
-            samples_1m.c.increase.is_distinct_from(minutes.c.increase),
-        )
-        .values(increase=minutes.c.increase)
-    )
-    result = connection.execute(statement)
-    return max(result.rowcount, 0)
+    return minutes
 
 
 def fill_increase(

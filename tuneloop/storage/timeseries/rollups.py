@@ -49,7 +49,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 
 from tuneloop.storage.locks import LockName, advisory_lock
 from tuneloop.storage.models import ROLLUP_TABLES, RollupState, Series, samples
-from tuneloop.storage.timeseries.counter_increase import update_increase
+from tuneloop.storage.timeseries.counter_increase import increase_minutes
 from tuneloop.storage.types import UTCDateTime, from_micros, to_micros
 
 MINUTE_S = 60
@@ -285,20 +285,35 @@ def _upsert_buckets(connection: Connection, level: _Level, begin: datetime, end:
         rows.c.bucket,
         *(merge(rows, field, dialect) for field in PARTIAL_FIELDS),
     ).group_by(rows.c.series_id, rows.c.bucket)
-    insert = _dialect_insert(dialect, table).from_select(
-        ["series_id", "bucket", *PARTIAL_FIELDS], merged
-    )
+    fields = list(PARTIAL_FIELDS)
+    if source is samples and dialect == "postgresql":
+        # The energy counter's per-minute increase, which the Cost dashboard reads once the
+        # samples are compacted: from the raw rows, still all there (compaction waits for us),
+        # written with the row itself rather than by an UPDATE after it (a second version of
+        # each counter row, and a second statement reading its samples).
+        merged, fields = (
+            _with_increase(merged.subquery("merged"), begin, end),
+            [*fields, "increase"],
+        )
+    insert = _dialect_insert(dialect, table).from_select(["series_id", "bucket", *fields], merged)
     statement = insert.on_conflict_do_update(
         index_elements=[table.c.series_id, table.c.bucket],
-        set_={field: insert.excluded[field] for field in PARTIAL_FIELDS},
+        set_={field: insert.excluded[field] for field in fields},
     )
     # SQLAlchemy reports rowcount of an INSERT only when asked to keep it.
     result = connection.execute(statement.execution_options(preserve_rowcount=True))
-    if source is samples:
-        # The energy counter's per-minute increase, which the Cost dashboard reads once the
-        # samples are compacted: from the raw rows, still all there (compaction waits for us).
-        update_increase(connection, begin, end)
     return max(result.rowcount, 0)
+
+
+def _with_increase(merged: Subquery, begin: datetime, end: datetime) -> Select[Any]:
+    """``merged``'s rows and their ``increase``: NULL but for the counters' minutes."""
+    minutes = increase_minutes(begin, end)
+    return select(*merged.c, minutes.c.increase).join_from(
+        merged,
+        minutes,
+        (minutes.c.series_id == merged.c.series_id) & (minutes.c.bucket == merged.c.bucket),
+        isouter=True,
+    )
 
 
 def _advance_watermark(connection: Connection, resolution_s: int, watermark: datetime) -> None:
