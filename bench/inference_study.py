@@ -11,11 +11,12 @@ the scaler (the autoscaler's webhook target), the open-loop load generator, ``tu
    then the lowest P99.
 2. **Runs**, ``--repeats`` times, the two contenders interleaved (their order alternates), each
    on the same schedule (``--rates`` for ``--step-s`` each) and the same seeded arrivals:
-   *fixed*: one replica running the sweep's best config; *tuneloop*: one replica starting from
-   the server's default (8, 5 ms), registered with its agent, a fresh ``offered_load_p99``
-   study of both knobs (Bayesian; the lowest P99 at the offered load, one incumbent per load
-   band) and an autoscaler (1 to ``--max-replicas``, on the P99 and the
-   queue). Each run gives the share of 10 s windows whose P99 met the SLO (a request not
+   *fixed*: one replica running the sweep's best config, registered with its agent (observed
+   as the tuned one is, so both pay the same telemetry; no study, no autoscaler); *tuneloop*:
+   one replica starting from the server's default (8, 5 ms), registered with its agent, a
+   fresh ``offered_load_p99`` study of both knobs (Bayesian; the lowest P99 at the offered
+   load, one incumbent per load band) and an autoscaler (1 to ``--max-replicas``, on the P99
+   and the queue). Each run gives the share of 10 s windows whose P99 met the SLO (a request not
    served counts as a miss), requests served, and mean replicas; the table gives means with
    95% bootstrap intervals over the repeats and the paired differences.
 3. **A/B**: a float32 and an int8 replica side by side at the sweep's best config, the load
@@ -193,11 +194,29 @@ def replicas_probe(url: str, seen: list[int]) -> Callable[[], None]:
     return probe
 
 
+def observed_job(plane: ControlPlane, job: str) -> dict[str, str]:
+    """Register ``job`` with the control plane; the environment under which a replica's agent
+    reports to it (its step timings, latency histogram and queue over OTLP)."""
+    created = plane.client().post(
+        f"{plane.url}/api/v1/projects/{PROJECT}/jobs", json={"name": job, "kind": "inference"}
+    )
+    created.raise_for_status()
+    return {
+        "TUNELOOP_URL": plane.url,
+        "TUNELOOP_TOKEN": plane.agent_token,
+        "TUNELOOP_JOB": job,
+        "TUNELOOP_PROJECT": PROJECT,
+    }
+
+
 def fixed_run(
-    plan: argparse.Namespace, weights: Path, workdir: Path, knobs: Mapping[str, int]
-) -> dict[str, Any]:
+    plan: argparse.Namespace, plane: ControlPlane, weights: Path, workdir: Path,
+    knobs: Mapping[str, int], job: str,
+) -> dict[str, Any]:  # fmt: skip
+    """One replica on ``knobs``, observed by the control plane as the tuned one is (its agent
+    and telemetry cost the same CPU), with no study and no autoscaler."""
     seen: list[int] = []
-    with scaler(weights, workdir, knobs, {}) as url:
+    with scaler(weights, workdir, knobs, observed_job(plane, job)) as url:
         records = load(
             workdir, "load", plan, rates=plan.rates, step_s=plan.step_s,
             replicas_url=f"{url}/replicas", during=replicas_probe(url, seen),
@@ -212,14 +231,7 @@ def tuned_run(
     member = plane.client()
     admin_client = httpx.Client(headers={"Authorization": f"Bearer {admin}"}, timeout=30)
     base = f"{plane.url}/api/v1/projects/{PROJECT}"
-    created = member.post(f"{base}/jobs", json={"name": job, "kind": "inference"})
-    created.raise_for_status()
-    env = {
-        "TUNELOOP_URL": plane.url,
-        "TUNELOOP_TOKEN": plane.agent_token,
-        "TUNELOOP_JOB": job,
-        "TUNELOOP_PROJECT": PROJECT,
-    }
+    env = observed_job(plane, job)
     seen: list[int] = []
     made: dict[str, Any] = {}
     with scaler(weights, workdir, START, env) as url:
@@ -408,10 +420,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             for name in order:
                 workdir = _dir(root / f"run{repeat}-{name}")
                 say(f"repeat {repeat + 1}/{plan.repeats}: {name}, load {os.getloadavg()[0]:.1f}")
+                job = f"digits-{name}-{repeat}"
                 if name == "fixed":
-                    result = fixed_run(plan, weights, workdir, best)
+                    result = fixed_run(plan, plane, weights, workdir, best, job)
                 else:
-                    result = tuned_run(plan, plane, admin, weights, workdir, f"digits-{repeat}")
+                    result = tuned_run(plan, plane, admin, weights, workdir, job)
                 result["load"] = os.getloadavg()[0]
                 results[name].append(result)
                 say(f"  {json.dumps({k: v for k, v in result.items() if k != 'trials'})}")
