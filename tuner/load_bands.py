@@ -45,6 +45,10 @@ BAND_KEY: Final = "load_band"
 RATE_KEY: Final = "offered_rate"
 RATE_WINDOW_S: Final = 10
 """The offered rate a band is read from: requests arriving over the last this many seconds."""
+BAND_HYSTERESIS: Final = BAND_FACTOR**0.25
+"""How far past its band's edges (a factor: a quarter of a band) the offered rate must go before
+the job leaves the band of its last trial. A rate on an edge (300/s read as 229 to 267/s by an
+overloaded server) otherwise moved the job between two bands' incumbents at every pass."""
 
 
 def banded(study: Study) -> bool:
@@ -143,15 +147,30 @@ def in_band(band: int) -> Callable[[Trial], bool]:
     return lambda trial: trial_band(trial) in (band, None)
 
 
+def sticky_band(rate: float, previous: int | None) -> int:
+    """The band of ``rate``, but ``previous`` while the rate stays within
+    :data:`BAND_HYSTERESIS` of its edges."""
+    band = band_of(rate)
+    if previous is None or band == previous:
+        return band
+    low = BAND_FACTOR**previous / BAND_HYSTERESIS
+    high = BAND_FACTOR ** (previous + 1) * BAND_HYSTERESIS
+    return previous if low <= rate < high else band
+
+
 def current_band(
-    series: TimeSeriesBackend | None, session: Session, job: Job, now: datetime
+    series: TimeSeriesBackend | None, session: Session, study: Study, job: Job, now: datetime
 ) -> tuple[float, int] | None:
-    """The offered rate of the last :data:`RATE_WINDOW_S` and its band, ``None`` without data
-    (read from ``series``, default the store in ``session``'s transaction)."""
+    """The offered rate of the last :data:`RATE_WINDOW_S` and its band (:func:`sticky_band`
+    to the band of the study's last trial of a known band), ``None`` without data (read from
+    ``series``, default the store in ``session``'s transaction)."""
     series = series or StoreBackend(session.connection())
     start = now - timedelta(seconds=RATE_WINDOW_S)
     rate = offered_rate(series, job.project_id, job.name, start=start, end=now)
-    return None if rate is None else (rate, band_of(rate))
+    if rate is None:
+        return None
+    known = [b for b in map(trial_band, study_trials(session, study)) if b is not None]
+    return rate, sticky_band(rate, known[-1] if known else None)
 
 
 def follow_band(

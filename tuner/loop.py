@@ -111,7 +111,11 @@ def _start_trial(
     now: datetime,
     series: TimeSeriesBackend | None,
 ) -> StepResult:
-    band = load_bands.current_band(series, session, job, now) if load_bands.banded(study) else None
+    band = (
+        load_bands.current_band(series, session, study, job, now)
+        if load_bands.banded(study)
+        else None
+    )
     keep = None if band is None else load_bands.in_band(band[1])
     scope = "" if band is None else f"ended in load band {band[1]} ({band[0]:.3g}/s)"
     if options.max_trials is not None:

@@ -217,3 +217,31 @@ def test_a_study_ends_on_the_best_config_of_the_band_the_load_is_in(engine: Engi
     config = _desired(loop)[1]
     assert {k: config[k] for k in start_config} == start_config
     assert {k: config[k] for k in start_config} != {k: winner.params[k] for k in start_config}
+
+
+def test_a_rate_near_a_band_edge_keeps_the_band_of_the_last_trial() -> None:
+    # Band 7 is 128-256/s; a quarter of a band past its edges (x 2**0.25) it is still band 7.
+    assert load_bands.sticky_band(265.0, 7) == 7
+    assert load_bands.sticky_band(110.0, 7) == 7
+    assert load_bands.sticky_band(310.0, 7) == 8
+    assert load_bands.sticky_band(100.0, 7) == 6
+    assert load_bands.sticky_band(265.0, None) == 8
+    assert load_bands.sticky_band(20.0, 7) == 4
+
+
+def test_the_job_does_not_flap_between_two_bands_incumbents_on_an_edge(engine: Engine) -> None:
+    """A trial measured at 250/s (band 7), then the rate read at 265/s (band 8 by itself): the
+    job stays in band 7 and explores there, instead of going to band 8's incumbent and back at
+    every pass. A trial still belongs to the band its window measured."""
+    loop = _loop(engine)
+    _run_trial(loop, -100, offered=250.0, latency=FAST)  # the pre-study config, band 7
+    _arrivals(loop, -68, -1, 265.0)
+    stayed = loop.step(0)
+    assert stayed.action == "asked", stayed
+    assert loop.trials()[-1].measurements["context"]["load_band"] == 7
+    assert _run_trial(loop, 0, offered=265.0, latency=FAST, asked=False) == "complete"
+    assert _band_numbers(loop, 7) == [1] and _band_numbers(loop, 8) == [2]
+
+    _arrivals(loop, 32, 45, 230.0)  # near the edge again, now from band 8's side
+    assert loop.step(45).action == "asked"
+    assert loop.trials()[-1].measurements["context"]["load_band"] == 8
