@@ -30,6 +30,7 @@ T = TypeVar("T")
 JOB = "mlp"
 START = {"batch_size": 32, "sync_period": 1}
 RANKS = [RankInfo(0, ()), RankInfo(1, ())]
+MEASUREMENT = {"warmup_s": 0.5, "window_s": 1.5, "min_samples": 4}
 
 
 def until(probe: Callable[[], T], timeout_s: float, what: str) -> T:
@@ -105,7 +106,7 @@ def create_study(live: Live, **overrides: Any) -> dict[str, Any]:
         "objective": "throughput",
         "strategy": "grid",
         "space": {"batch_size": [8, 64], "sync_period": [1, 2], "lr_scaling": None},
-        "measurement": {"warmup_s": 0.5, "window_s": 1.5, "min_samples": 4},
+        "measurement": MEASUREMENT,
         **overrides,
     }
     response = httpx.post(
@@ -171,7 +172,10 @@ def test_a_study_with_nothing_better_to_show_leaves_the_job_on_its_config(
     with running_job(live, wobble=wobble, reporting=reporting) as agent:
         until(lambda: agent.version == 1, 10, "the starting config to be adopted")
         until(lambda: _has_steps(live), 10, "step timings in the store")
-        created = create_study(live, max_trials=2, strategy="random", seed=1)
+        # One extension, not three: a trial that measures nothing (silent) or only noise
+        # (noisy) spends its whole budget either way, and the outcome is the same.
+        quick = {**MEASUREMENT, "max_extensions": 1}
+        created = create_study(live, max_trials=2, strategy="random", seed=1, measurement=quick)
         if job_side == "silent":
             reporting.clear()
         ended = lambda: study(live, created["id"]).state != "running"  # noqa: E731
@@ -191,7 +195,8 @@ def test_a_job_that_stops_acknowledging_fails_the_study_and_restarts_on_its_conf
     with running_job(live) as agent:
         until(lambda: agent.version == 1, 10, "the starting config to be adopted")
         until(lambda: _has_steps(live), 10, "step timings in the store")
-        created = create_study(live, ack_timeout_s=2)
+        # Trial 2 finds the job gone (or going): a short ack timeout only ends the study sooner.
+        created = create_study(live, ack_timeout_s=1)
         measured = lambda: trial_states(live, created["id"]) == ["complete"]  # noqa: E731
         passes_until(live, created["id"], measured, "the baseline to be measured")
     # The job is gone (its agent closed) before trial 2 is proposed: the study does not wait.
