@@ -72,8 +72,11 @@ def run_target(checkout: Path, target: str, workers: int, extra: list[str]) -> R
         command, cwd=checkout, env=env, capture_output=True, text=True, preexec_fn=_default_sigint
     )
     seconds = time.monotonic() - started
-    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-200:]
-    return Run(seconds, done.returncode, last, (before, os.getloadavg()[0]))
+    lines = done.stdout.strip().splitlines()
+    last = lines[-1] if lines else done.stderr[-200:]
+    failures = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
+    summary = "; ".join([last, *failures])
+    return Run(seconds, done.returncode, summary, (before, os.getloadavg()[0]))
 
 
 def main() -> None:
