@@ -26,6 +26,9 @@ up: $(VENV)/.installed-server
 
 ## Install and run the whole test suite: lint, types, the layers of imports (docs/architecture.md),
 ## and tests on real PostgreSQL and SQLite, in two pytest-xdist workers (a file stays on one).
+## Files go out in their collected order: xdist's default, most tests first, leaves the files of
+## one long test (the demo, the DDP jobs) for the end, where one worker runs them while the
+## other waits.
 test: $(VENV)/.installed-test
 	.ci/ensure-services
 	.ci/ensure-tools
@@ -33,7 +36,7 @@ test: $(VENV)/.installed-test
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo
-	$(BIN)/pytest -n 2 --dist loadfile
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 bench: $(VENV)/.installed-server
 	$(BIN)/python bench/storage_write.py

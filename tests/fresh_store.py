@@ -62,9 +62,10 @@ _PARTITIONS = text(
     "SELECT format('%I', c.relname) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
     "WHERE i.inhparent = to_regclass(:parent)"
 )
-_SEQUENCES = text(
-    "SELECT format('%I', c.relname) FROM pg_class c "
-    "WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'S'"
+# ALTER SEQUENCE ... RESTART for every sequence of the schema, in one round trip.
+_RESTART_SEQUENCES = text(
+    "SELECT count(setval(s.seqrelid, s.seqstart, false)) FROM pg_sequence s "
+    "JOIN pg_class c ON c.oid = s.seqrelid WHERE c.relnamespace = 'public'::regnamespace"
 )
 
 _fingerprints: dict[str, str] = {}
@@ -105,10 +106,11 @@ def _emptied(connection: Connection, fingerprint: str) -> bool:
             connection.execute(text(f"DROP TABLE {partition}"))
     if connection.execute(_CATALOG).scalar_one() != fingerprint:
         return False
-    for table in reversed(metadata.sorted_tables):
-        connection.execute(table.delete())
-    for sequence in connection.execute(_SEQUENCES).scalars():
-        connection.execute(text(f"ALTER SEQUENCE {sequence} RESTART"))
+    # Every table in one round trip, children first (names from the models, quoted).
+    quote = connection.dialect.identifier_preparer.format_table
+    deletes = "; ".join(f"DELETE FROM {quote(t)}" for t in reversed(metadata.sorted_tables))
+    connection.exec_driver_sql(deletes)
+    connection.execute(_RESTART_SEQUENCES)
     return True
 
 

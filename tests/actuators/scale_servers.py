@@ -112,7 +112,8 @@ class WebhookReceiver(BaseHTTPRequestHandler):
 def serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     """``handler`` on a free local port, in a thread; yields its base URL."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # Polled every 50 ms: shutdown() waits for the next poll (0.5 s by default).
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"

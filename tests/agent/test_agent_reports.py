@@ -168,6 +168,9 @@ def _null() -> Any:
 def test_the_flops_and_the_peak_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TUNELOOP_FLOPS_PER_SAMPLE", "2.5e9")
     monkeypatch.setenv("TUNELOOP_PEAK_FLOPS_PER_GPU", "1.2e14")
+    # Nothing listens at the url: the exporters' last export on shutdown gives up after a
+    # second instead of retrying for their default ten.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
     agent = Agent.from_env(
         url="http://127.0.0.1:9", token="-", job="j", rank=1, world_size=2, tracer=None
     )

@@ -74,7 +74,8 @@ def serve(receiver: Receiver) -> Iterator[Receiver]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # Polled every 50 ms: shutdown() waits for the next poll (0.5 s by default).
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     receiver.url = f"http://127.0.0.1:{server.server_address[1]}"
     try:

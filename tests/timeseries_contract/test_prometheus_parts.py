@@ -118,7 +118,8 @@ class _Answer(BaseHTTPRequestHandler):
 @pytest.fixture
 def answering() -> Iterator[ThreadingHTTPServer]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # Polled every 50 ms: shutdown() waits for the next poll (0.5 s by default).
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield server
     server.shutdown()
