@@ -34,7 +34,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +75,9 @@ class ReplicaPool:
     load_average: Callable[[], float] = field(default=lambda: os.getloadavg()[0])
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
     replicas: list[Replica] = field(default_factory=list)
+    draining: list[Replica] = field(default_factory=list)
+    """Replicas scaled in, still answering what they hold for ``DRAIN_S``: ``close`` stops them
+    too, so that none outlives the pool."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stopped: threading.Event = field(default_factory=threading.Event)
 
@@ -103,6 +105,7 @@ class ReplicaPool:
                 replica = max(self.replicas, key=lambda r: r.rank)
                 self.replicas.remove(replica)
                 leaving.append(replica)
+            self.draining += leaving
             room = self._room(len(self.replicas), wanted)
             while len(self.replicas) < room:
                 self.replicas.append(self._start())
@@ -134,11 +137,14 @@ class ReplicaPool:
         log.info("started replica r%d on port %d (pid %d)", rank, port, process.pid)
         return Replica(rank, port, process)
 
-    @staticmethod
-    def _stop(replica: Replica, drain_s: float) -> None:
-        time.sleep(drain_s)
+    def _stop(self, replica: Replica, drain_s: float) -> None:
+        if self._stopped.wait(drain_s):
+            return  # close() stops it
         replica.process.send_signal(signal.SIGTERM)
         _reap(replica)
+        with self._lock:
+            if replica in self.draining:
+                self.draining.remove(replica)
 
     def _watch(self) -> None:
         """Marks a started replica ready once it answers."""
@@ -154,7 +160,7 @@ class ReplicaPool:
     def close(self) -> None:
         self._stopped.set()
         with self._lock:
-            leaving, self.replicas = self.replicas, []
+            leaving, self.replicas, self.draining = self.replicas + self.draining, [], []
         for replica in leaving:  # all at once: each takes seconds to finish on a busy host
             replica.process.send_signal(signal.SIGTERM)
         for replica in leaving:

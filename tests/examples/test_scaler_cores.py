@@ -40,3 +40,16 @@ def test_the_check_is_off_at_zero_cores_per_replica(server_args: list[str], tmp_
         assert pool.scale(2, "test: no check") == 2
     finally:
         pool.close()
+
+
+def test_closing_the_pool_stops_a_replica_still_draining(
+    server_args: list[str], tmp_path: Path
+) -> None:
+    pool = ReplicaPool(server_args, tmp_path / "logs", cores_per_replica=0)
+    try:
+        assert pool.scale(1, "test") == 1
+        [replica] = pool.replicas
+        assert pool.scale(0, "test: scaled in, draining") == 0
+    finally:
+        pool.close()
+    assert replica.process.poll() is not None  # stopped, not left to a daemon thread
