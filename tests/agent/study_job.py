@@ -4,7 +4,6 @@ agent, its step timings, and the study's passes run here, for the tests of a stu
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -16,6 +15,7 @@ from sqlalchemy import select
 from tests.agent.conftest import Live
 from tests.tuner import jobsim
 from tuneloop.agent import Agent, RankInfo
+from tuneloop.demo.processes import until as wait_until
 from tuneloop.storage import session_scope
 from tuneloop.storage.models import Job, Project, Study, Trial
 from tuneloop.storage.timeseries.store_backend import StoreBackend
@@ -30,15 +30,9 @@ RANKS = [RankInfo(0, ()), RankInfo(1, ())]
 MEASUREMENT = {"warmup_s": 0.5, "window_s": 1.5, "min_samples": 4}
 
 
-def until(probe: Callable[[], T], timeout_s: float, what: str) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+def until(probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
+    """The demo's wait (``DemoError`` on a timeout), polling every 50 ms."""
+    return wait_until(probe, timeout_s, what, interval_s=0.05)
 
 
 @contextmanager
