@@ -33,7 +33,7 @@ from tuner.promql_objective import EVALUATION_TIMEOUT_S, MAX_SERIES_PER_SELECTOR
 from tuner.readings import LATENCY_HISTOGRAM
 from tuner.strategies.base import Observation, best_estimate
 from tuner.study_baseline import pre_study_config
-from tuner.study_records import observation, study_space, study_trials
+from tuner.study_records import history, study_space, study_trials
 from tuner.trial_measurements import TrialMeasurements
 
 OFFERED_METRIC: Final = "inference_requests_arrived_total"
@@ -117,15 +117,9 @@ def trial_band(trial: Trial) -> int | None:
     return int(asked) if asked is not None else None
 
 
-def band_trials(session: Session, study: Study, band: int) -> list[Trial]:
-    """The study's trials of ``band``, and those of no known band (neither measured with an
-    offered rate nor asked in a band: they say nothing about any one load)."""
-    return [t for t in study_trials(session, study) if in_band(band)(t)]
-
-
 def band_history(session: Session, study: Study, band: int) -> list[Observation]:
-    space = study_space(study)
-    return [observation(t, space) for t in band_trials(session, study, band)]
+    """The study's trials of ``band`` (:func:`in_band`) as observations."""
+    return history(session, study, in_band(band))
 
 
 def band_incumbent(session: Session, study: Study, band: int) -> tuple[dict[str, Any] | None, str]:
@@ -143,7 +137,9 @@ def band_incumbent(session: Session, study: Study, band: int) -> tuple[dict[str,
 
 
 def in_band(band: int) -> Callable[[Trial], bool]:
-    """Whether a trial is one of ``band``'s (:func:`band_trials`)."""
+    """Whether a trial is one of ``band``'s: measured or asked in it, or of no known band
+    (neither measured with an offered rate nor asked in a band: it says nothing about any one
+    load)."""
     return lambda trial: trial_band(trial) in (band, None)
 
 

@@ -103,6 +103,15 @@ def reconcile_study(
 # --------------------------------------------------------------------------- starting
 
 
+def _current_band(
+    session: Session, study: Study, job: Job, now: datetime, series: TimeSeriesBackend | None
+) -> tuple[float, int] | None:
+    """The offered rate and its load band, for a study that keeps load bands; else ``None``."""
+    if not load_bands.banded(study):
+        return None
+    return load_bands.current_band(series, session, study, job, now)
+
+
 def _start_trial(
     session: Session,
     study: Study,
@@ -111,22 +120,14 @@ def _start_trial(
     now: datetime,
     series: TimeSeriesBackend | None,
 ) -> StepResult:
-    band = (
-        load_bands.current_band(series, session, study, job, now)
-        if load_bands.banded(study)
-        else None
-    )
-    keep = None if band is None else load_bands.in_band(band[1])
-    scope = "" if band is None else f"ended in load band {band[1]} ({band[0]:.3g}/s)"
     if options.max_trials is not None:
         finished = session.scalar(
             select(func.count()).where(Trial.study_id == study.id, Trial.state != "running")
         )
         if (finished or 0) >= options.max_trials:
+            band = _current_band(session, study, job, now, series)
             why = f"{options.max_trials} trials done"
-            return _ended(
-                study_end.complete(session, study, job, why, actor=ACTOR, keep=keep, scope=scope)
-            )
+            return _ended(study_end.complete(session, study, job, why, actor=ACTOR, band=band))
     if job.status in ENDED_JOB_STATUSES:
         return _ended(study_end.fail(session, study, job, f"the job is {job.status}", actor=ACTOR))
     if job.status in INACTIVE_JOB_STATUSES:
@@ -145,6 +146,7 @@ def _start_trial(
     if baseline is not None:
         return baseline
     held = trial_guard.holding(session, study, job, options, now, series)
+    band = _current_band(session, study, job, now, series)
     if band is not None:
         switched = load_bands.follow_band(session, study, job, band[1], no_headroom=bool(held))
         if switched is not None:
@@ -162,12 +164,11 @@ def _start_trial(
     if held is not None:
         return StepResult("skip", detail=held)
     context = None if band is None else {load_bands.RATE_KEY: band[0], load_bands.BAND_KEY: band[1]}
+    keep = None if band is None else load_bands.in_band(band[1])
     try:
         trial = service.ask(session, study, actor=ACTOR, context=context, keep=keep)
     except SpaceExhausted as exc:  # its message says "nothing left to try"
-        return _ended(
-            study_end.complete(session, study, job, str(exc), actor=ACTOR, keep=keep, scope=scope)
-        )
+        return _ended(study_end.complete(session, study, job, str(exc), actor=ACTOR, band=band))
     try:
         row = _write_desired(session, study, job, dict(trial.params))
     except InvalidInput as exc:

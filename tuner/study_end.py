@@ -25,7 +25,7 @@ with its reason.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -37,7 +37,7 @@ from tuneloop.errors import InvalidInput
 from tuneloop.job_configs import latest_config, propose
 from tuneloop.storage.models import Job, JobConfig, Study, Trial
 from tuneloop.storage.types import utcnow
-from tuner import study_records
+from tuner import load_bands, study_records
 from tuner.objectives import check_direction
 from tuner.space import ParamValue
 from tuner.strategies.base import BestEstimate, Observation, best_estimate, config_key
@@ -118,21 +118,19 @@ def complete(
     why: str,
     *,
     actor: str,
-    keep: Callable[[Trial], bool] | None = None,
-    scope: str = "",
+    band: tuple[float, int] | None = None,
 ) -> Outcome:
     """End a study whose trials are done: apply the config it keeps (``best_estimate``: each
     configuration's trials pooled, ranked one standard error pessimistically) if it beat the
     pre-study config by more than the noise, else restore the pre-study config; ``failed``
-    when no trial completed. ``keep`` limits the competing trials (a load band's, with
-    ``scope`` saying which for the end reason); a pre-study config measured only outside them
-    counts as not measured."""
+    when no trial completed. With the load's ``(rate, band)`` (``tuner.load_bands``) only that
+    band's trials compete; a pre-study config measured only in other bands counts as not
+    measured."""
     direction = check_direction(study.direction)
-    history = study_records.history(session, study)
-    if keep is not None:
-        kept = {t.number for t in study_records.study_trials(session, study) if keep(t)}
-        history = [o for o in history if o.number in kept]
-        why = f"{why}; {scope}" if scope else why
+    keep = None if band is None else load_bands.in_band(band[1])
+    history = study_records.history(session, study, keep)
+    if band is not None:
+        why = f"{why}; ended in load band {band[1]} ({band[0]:.3g}/s)"
     top = best_estimate(history, direction)
     if top is None:
         return fail(session, study, job, f"{why}; no trial completed", actor=actor)
@@ -159,7 +157,7 @@ def complete(
             reason = f"{why}; {verdict}; {restored}"
             return _end(session, study, job, "complete", reason, row, actor, details)
         reason = f"{why}; {figures}: applied trial {chosen.number}"
-    elif bases and all(t.state == "infeasible" for t in bases) and keep is None:
+    elif bases and all(t.state == "infeasible" for t in bases) and band is None:
         reason = f"{why}; the pre-study config was infeasible: applied trial {chosen.number}"
     else:
         reason = f"{why}; no measurement of the pre-study config: applied trial {chosen.number}"

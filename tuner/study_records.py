@@ -6,7 +6,7 @@ The lowest layer of the study modules (``service``, ``study_priors``, ``study_me
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import false, func, select
@@ -136,10 +136,13 @@ def observation(trial: Trial, space: SearchSpace) -> Observation:
     )
 
 
-def history(session: Session, study: Study) -> list[Observation]:
-    """The study's trials as frozen observations, in trial-number order."""
+def history(
+    session: Session, study: Study, keep: Callable[[Trial], bool] | None = None
+) -> list[Observation]:
+    """The study's trials (those ``keep`` keeps: default all) as frozen observations, in
+    trial-number order."""
     space = study_space(study)
-    return [observation(t, space) for t in study_trials(session, study)]
+    return [observation(t, space) for t in study_trials(session, study) if keep is None or keep(t)]
 
 
 def best(session: Session, study: Study) -> Trial | None:
