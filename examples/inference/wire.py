@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from contextlib import suppress
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -60,21 +61,20 @@ class Pool:
         ).encode() + payload
         idle = self._idle.setdefault((host, port), [])
         async with asyncio.timeout(timeout_s):
-            reused = self._take_idle(idle)
-            if reused is not None:
+            connection = self._take_idle(idle)
+            answer = None
+            if connection is not None:
+                # Closed by the server while idle: once more, on a fresh connection.
+                with suppress(_ClosedUnanswered):
+                    answer = await self._exchange(url, connection, request)
+            if connection is None or answer is None:
+                connection = await self._open(url, host, port)
                 try:
-                    status, data = await self._exchange(url, reused, request)
-                except _ClosedUnanswered:
-                    pass  # closed by the server while idle: once more on a fresh connection
-                else:
-                    idle.append(reused)
-                    return status, json.loads(data) if data else None
-            connection = await self._open(url, host, port)
-            try:
-                status, data = await self._exchange(url, connection, request)
-            except _ClosedUnanswered as exc:
-                raise WireError(f"{url}: the connection closed without an answer") from exc
+                    answer = await self._exchange(url, connection, request)
+                except _ClosedUnanswered as exc:
+                    raise WireError(f"{url}: the connection closed without an answer") from exc
         idle.append(connection)
+        status, data = answer
         return status, json.loads(data) if data else None
 
     def _take_idle(self, idle: list[Connection]) -> Connection | None:
